@@ -1,0 +1,44 @@
+# Two commands do all the set-up (see README):
+#   make book   create .venv, install the pinned packages, build the book and serve it
+#   make test   run the whole test suite (creating .venv first if needed)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8000
+HTML   := book/_build/html
+
+.PHONY: book build-book serve test exercises clean
+
+book: build-book serve
+
+# The virtual environment is rebuilt when a pin or the package metadata changes.
+# torch goes first and alone: any other route can pull several GB of CUDA wheels.
+$(BIN)/.installed: pyproject.toml requirements/constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "torch==$$(sed -n 's/^torch==//p' requirements/constraints.txt)"
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e ".[book,test]"
+	touch $@
+
+# MathJax is served from the built book, never from a CDN.
+book/node_modules/.installed: book/package.json book/package-lock.json
+	cd book && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+build-book: $(BIN)/.installed book/node_modules/.installed
+	$(BIN)/jupyter-book build book --warningiserror --nitpick --keep-going
+	@echo
+	@echo "The book is built: open $(CURDIR)/$(HTML)/index.html"
+	@echo "or http://localhost:$(PORT)/ while 'make book' serves it (Ctrl-C stops)."
+
+serve:
+	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
+
+test: $(BIN)/.installed book/node_modules/.installed
+	$(BIN)/python -m pytest -n auto --dist loadfile
+
+# Regenerate the student and nbgrader notebooks from solutions/ (never edit those by hand).
+exercises: $(BIN)/.installed
+	$(BIN)/aisys-grader generate
+
+clean:
+	rm -rf $(HTML) book/_build

@@ -1,0 +1,116 @@
+"""Checks: named, pointed functions that compare student code with the aisys reference on seeded inputs.
+
+An exercise's checks live in `aisys_grader.exercises.<chNN_chapter>.<name>`,
+each registered with `@check(EXERCISE, points=...)`. A check function takes
+`(student, rng, hidden)`: it builds its cases from `rng` (visible cases use a
+fixed seed; hidden ones a seed the student cannot know) and calls the student
+only through `student.call`. It returns nothing when the student is right and
+raises CheckFailure saying what is wrong otherwise.
+"""
+
+import importlib
+import os
+import secrets
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import plain
+from .compare import CheckFailure, assert_close, describe
+from .student import Student
+
+SEED_ENV = "AISYS_GRADING_SEED"  # the instructor's secret seed for hidden cases
+
+
+@dataclass(frozen=True)
+class Check:
+    exercise: str
+    name: str
+    points: float
+    function: Callable[[Student, np.random.Generator, bool], None]
+
+    @property
+    def description(self) -> str:
+        return (self.function.__doc__ or self.name).strip().splitlines()[0]
+
+
+@dataclass(frozen=True)
+class Result:
+    check: Check
+    hidden: bool
+    passed: bool
+    message: str
+
+    @property
+    def score(self) -> float:
+        return self.check.points if self.passed else 0.0
+
+
+_REGISTRY: dict[str, dict[str, Check]] = {}
+
+
+def check(exercise: str, points: float):
+    """Register the decorated function as the check of `exercise` named after the function."""
+    if not (isinstance(points, (int, float)) and points > 0):
+        raise ValueError(f"points must be a number > 0, got {points!r}")
+
+    def register(function):
+        checks = _REGISTRY.setdefault(exercise, {})
+        if function.__name__ in checks:
+            raise ValueError(f"exercise {exercise!r} already has a check named {function.__name__!r}")
+        checks[function.__name__] = Check(exercise, function.__name__, float(points), function)
+        return function
+
+    return register
+
+
+def module_name(exercise: str) -> str:
+    """'01-architecture/roofline' -> 'aisys_grader.exercises.ch01_architecture.roofline'."""
+    chapter, _, name = exercise.partition("/")
+    number, _, topic = chapter.partition("-")
+    if not (number.isdigit() and topic and name):
+        raise ValueError(f"exercise must look like 'NN-chapter/name', got {exercise!r}")
+    return f"aisys_grader.exercises.ch{number}_{topic.replace('-', '_')}.{name.replace('-', '_')}"
+
+
+def checks_for(exercise: str) -> dict[str, Check]:
+    """The checks of an exercise, by name, in the order they are defined."""
+    if exercise not in _REGISTRY:
+        importlib.import_module(module_name(exercise))
+    return _REGISTRY.get(exercise, {})
+
+
+def rng_for(check: Check, hidden: bool, seed: int | None = None) -> np.random.Generator:
+    """Visible cases: a fixed generator per check. Hidden: from `seed`, else AISYS_GRADING_SEED, else fresh entropy."""
+    stream = zlib.crc32(f"{check.exercise}/{check.name}".encode())
+    if not hidden:
+        return np.random.default_rng([0, stream])
+    if seed is None:
+        seed = int(os.environ[SEED_ENV]) if os.environ.get(SEED_ENV) else secrets.randbits(63)
+    return np.random.default_rng([seed, stream])
+
+
+def run(check: Check, student: Student, *, hidden: bool, seed: int | None = None) -> Result:
+    """Run one check; a wrong answer is a failed Result, a bug in the check itself propagates."""
+    try:
+        check.function(student, rng_for(check, hidden, seed), hidden)
+    except CheckFailure as failure:
+        return Result(check, hidden, False, str(failure))
+    return Result(check, hidden, True, "")
+
+
+def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *,
+                  returns: str, hidden: bool, rtol: float | None = None, atol: float | None = None) -> None:
+    """Call `function` on each case (keyword arguments) and compare with `reference` on the same case."""
+    __tracebackhide__ = True
+    cases = list(cases)
+    for i, case in enumerate(cases, 1):
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
+        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+        expected = plain.to_plain(reference(**case))
+        try:
+            assert_close(student.call(function, returns=returns, **case), expected, rtol=rtol, atol=atol)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{label}: {call}: {failure}") from None

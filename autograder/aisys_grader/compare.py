@@ -1,0 +1,105 @@
+"""Comparing a student's result with the reference: tolerances per dtype, and messages that help.
+
+A message says what differed (which key, which element), expected against
+got, and the largest error, but shows an array only by its shape, dtype and a
+few values, so hidden inputs and answers are never printed in full.
+"""
+
+import math
+
+import numpy as np
+
+from .plain import kind_of
+
+
+class CheckFailure(AssertionError):
+    """A check found the student's code wrong; the message says how."""
+
+
+# (rtol, atol) per dtype, as torch.testing.assert_close uses by default; Python
+# floats are float64. Integers and booleans compare exactly.
+TOLERANCES = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1.3e-6, 1e-5),
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+}
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """Default (rtol, atol) for a dtype name or numpy dtype; (0, 0) for exact types."""
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return TOLERANCES.get(name, (0.0, 0.0))
+
+
+def describe(value, limit: int = 6) -> str:
+    """A short description of a value: arrays by shape, dtype and their first few elements."""
+    if isinstance(value, np.ndarray):
+        head = np.array2string(value.ravel()[:limit], precision=4, separator=", ")
+        more = ", ..." if value.size > limit else ""
+        return f"array(shape={value.shape}, dtype={value.dtype}, values={head[:-1]}{more}])"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _close(got: float, expected: float, rtol: float, atol: float) -> bool:
+    if math.isnan(expected) or math.isinf(expected):
+        return (math.isnan(expected) and math.isnan(got)) or got == expected
+    return abs(got - expected) <= atol + rtol * abs(expected)
+
+
+def _relative(got: float, expected: float) -> str:
+    if expected == 0 or not math.isfinite(got - expected):
+        return ""
+    return f" (relative error {abs(got - expected) / abs(expected):.2g})"
+
+
+def assert_close(got, expected, *, rtol: float | None = None, atol: float | None = None, where: str = "result"):
+    """Raise CheckFailure unless `got` matches `expected` in kind, structure and value within tolerance.
+
+    `expected` comes from the reference and is plain data; `got` must already be plain data.
+    """
+    got_kind, expected_kind = kind_of(got), kind_of(expected)
+    numeric = {"integer", "number"}
+    if got_kind != expected_kind and not (got_kind in numeric and expected_kind in numeric):
+        raise CheckFailure(f"{where}: expected {expected_kind} data like {describe(expected)}, got {describe(got)}")
+
+    if expected_kind == "mapping":
+        missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
+        if missing or extra:
+            raise CheckFailure(f"{where}: expected keys {sorted(expected)}, got {sorted(got)}")
+        for key in expected:
+            assert_close(got[key], expected[key], rtol=rtol, atol=atol, where=f"{where}[{key!r}]")
+    elif expected_kind == "list":
+        if len(got) != len(expected):
+            raise CheckFailure(f"{where}: expected a list of {len(expected)} items, got {len(got)}")
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_close(g, e, rtol=rtol, atol=atol, where=f"{where}[{i}]")
+    elif expected_kind == "array":
+        _assert_arrays_close(got, expected, rtol, atol, where)
+    elif expected_kind in numeric:
+        default = tolerance("float64") if "number" in (got_kind, expected_kind) else (0.0, 0.0)
+        r, a = (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
+        if not _close(float(got), float(expected), r, a):
+            raise CheckFailure(f"{where}: expected {expected!r}, got {got!r}{_relative(float(got), float(expected))}")
+    elif got != expected:
+        raise CheckFailure(f"{where}: expected {describe(expected)}, got {describe(got)}")
+
+
+def _assert_arrays_close(got: np.ndarray, expected: np.ndarray, rtol, atol, where: str):
+    if got.shape != expected.shape:
+        raise CheckFailure(f"{where}: expected shape {expected.shape}, got shape {got.shape}")
+    default = tolerance(expected.dtype)
+    rtol, atol = (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
+    g, e = got.astype(np.float64), expected.astype(np.float64)
+    bad = ~(np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True))
+    if not bad.any():
+        return
+    error = np.where(bad, np.abs(g - e), 0.0)
+    error = np.where(np.isnan(error), np.inf, error)  # a NaN where a number belongs is the worst error
+    worst = np.unravel_index(int(np.argmax(error)), error.shape)
+    raise CheckFailure(
+        f"{where}: {int(bad.sum())} of {bad.size} elements differ (shape {expected.shape}, dtype {expected.dtype}); "
+        f"largest error at index {tuple(int(i) for i in worst)}: expected {e[worst]:.6g}, got {g[worst]:.6g} "
+        f"(rtol={rtol:g}, atol={atol:g})"
+    )

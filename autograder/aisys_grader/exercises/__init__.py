@@ -1,0 +1,1 @@
+"""Checks of each exercise, one module per exercise, in chapter packages."""

@@ -1,0 +1,1 @@
+"""Checks of chapter 1: machine architecture and performance models."""

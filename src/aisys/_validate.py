@@ -1,0 +1,39 @@
+"""Argument checks shared by the reference functions: each names the argument and what was expected."""
+
+import math
+from numbers import Integral, Real
+
+
+def positive_number(name: str, value) -> float:
+    """A finite number > 0 (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def nonnegative_number(name: str, value) -> float:
+    """A number >= 0; +inf is allowed (an operation with no memory traffic has infinite intensity)."""
+    if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value) or value < 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def positive_int(name: str, value) -> int:
+    """An integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def nonnegative_int(name: str, value) -> int:
+    """An integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def one_of(name: str, value, choices) -> str:
+    """One of a fixed set of names."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value

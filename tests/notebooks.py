@@ -1,0 +1,48 @@
+"""Test helpers: run an exercise notebook's code in this process and grade it with the registered checks."""
+
+from pathlib import Path
+
+import nbformat
+
+from aisys_grader import InProcessStudent, checks_for, run
+from aisys_grader.generate import ROOT, exercise_ids
+
+EXERCISES = exercise_ids()
+
+
+def student_notebook(exercise: str) -> Path:
+    return ROOT / "exercises" / f"{exercise}.ipynb"
+
+
+def source_notebook(exercise: str) -> Path:
+    return ROOT / "autograder" / "source" / f"{exercise}.ipynb"
+
+
+def graded_cells(path: Path) -> list[str]:
+    """Check names of a notebook's graded cells, in order."""
+    notebook = nbformat.read(path, as_version=4)
+    return [c.metadata["nbgrader"]["grade_id"] for c in notebook.cells
+            if c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def namespace(path: Path, extra_code: str = "") -> dict:
+    """Globals after running every ungraded code cell of a notebook, then `extra_code`.
+
+    Like a kernel asked to run all cells, a cell that raises does not stop the rest.
+    """
+    notebook = nbformat.read(path, as_version=4)
+    scope = {"__name__": "__main__"}
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
+            try:
+                exec(compile(cell.source, f"<{path.name}:{cell.id}>", "exec"), scope)
+            except Exception:
+                pass
+    exec(extra_code, scope)
+    return scope
+
+
+def grade(exercise: str, scope: dict, *, hidden: bool, seed: int | None = None) -> dict:
+    """Result of every check of `exercise` against the functions in `scope`, by check name."""
+    student = InProcessStudent(scope)
+    return {name: run(check, student, hidden=hidden, seed=seed) for name, check in checks_for(exercise).items()}

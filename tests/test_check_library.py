@@ -1,0 +1,154 @@
+"""The check library: plain data only, tolerances per dtype, messages that help without revealing hidden inputs."""
+
+import numpy as np
+import pytest
+
+from aisys_grader import CheckFailure, InProcessStudent, assert_close, check, checks_for, compare_cases, run
+from aisys_grader import plain
+from aisys_grader.checks import module_name, rng_for
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+
+class SneakyArray(np.ndarray):
+    def __eq__(self, other):
+        return np.ones(self.shape, dtype=bool)
+
+
+class SneakyFloat(float):
+    def __eq__(self, other):
+        return True
+
+
+def call(function, returns="any", *args, **kwargs):
+    return InProcessStudent({"f": function}).call("f", *args, returns=returns, **kwargs)
+
+
+def test_plain_data_round_trips_without_pickle():
+    value = {"a": [1, 2.5, None, True, "s", float("inf"), float("nan")],
+             "b": np.arange(6, dtype=np.float16).reshape(2, 3), "c": (np.int64(3),)}
+    back = plain.decode(plain.encode(value))
+    assert back["a"][:6] == [1, 2.5, None, True, "s", float("inf")] and np.isnan(back["a"][6])
+    assert back["b"].dtype == np.float16 and (back["b"] == value["b"]).all()
+    assert back["c"] == [3]
+    assert "pickle" not in plain.encode(value)
+
+
+@pytest.mark.parametrize("result", [AlwaysEqual(), {"x": AlwaysEqual()}, {1: 2}, np.array([object()]),
+                                    np.arange(3).view(SneakyArray), lambda: 0, iter([1])])
+def test_results_that_are_not_plain_data_fail(result):
+    with pytest.raises(CheckFailure, match="not plain data|expected"):
+        call(lambda: result)
+
+
+def test_subclasses_of_builtins_are_refused_but_numpy_scalars_convert():
+    with pytest.raises(CheckFailure, match="SneakyFloat, which is not plain data"):
+        call(lambda: SneakyFloat(2.0), "number")
+    value = call(lambda: np.float32(2.5), "number")
+    assert type(value) is float and value == 2.5
+
+
+def test_declared_kind_is_enforced():
+    with pytest.raises(CheckFailure, match="expected number"):
+        call(lambda: True, "number")
+    with pytest.raises(CheckFailure, match="expected string"):
+        call(lambda: 3, "string")
+    assert call(lambda: 3, "number") == 3
+
+
+def test_student_errors_become_failures_that_say_what_happened():
+    def not_done():
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailure, match="not implemented yet"):
+        call(not_done)
+    with pytest.raises(CheckFailure, match="raised ZeroDivisionError"):
+        call(lambda: 1 / 0)
+    with pytest.raises(CheckFailure, match="`g` is not defined"):
+        InProcessStudent({}).call("g")
+
+
+def test_student_cannot_mutate_the_checks_inputs():
+    data = np.zeros(4)
+
+    def mutate(a):
+        a[:] = 7
+        return a
+
+    call(mutate, "array", data)
+    assert (data == 0).all()
+
+
+@pytest.mark.parametrize("dtype, close, far", [
+    (np.float32, 1e-6, 1e-3), (np.float16, 5e-4, 1e-2), (np.float64, 1e-9, 1e-5)])
+def test_tolerance_follows_the_dtype(dtype, close, far):
+    expected = np.ones(8, dtype=dtype)
+    assert_close((expected * (1 + close)).astype(dtype), expected)
+    with pytest.raises(CheckFailure):
+        assert_close((expected * (1 + far)).astype(dtype), expected)
+
+
+def test_integers_compare_exactly():
+    assert_close(np.arange(5), np.arange(5))
+    with pytest.raises(CheckFailure):
+        assert_close(np.arange(5) + np.array([0, 0, 0, 0, 1]), np.arange(5))
+
+
+def test_array_message_names_the_worst_element_without_printing_the_array():
+    expected = np.linspace(0, 1, 100_000, dtype=np.float32)
+    got = expected.copy()
+    got[12345] += 0.5
+    with pytest.raises(CheckFailure) as failure:
+        assert_close(got, expected)
+    message = str(failure.value)
+    assert "1 of 100000 elements differ" in message and "(12345,)" in message
+    assert len(message) < 400
+
+
+def test_nan_where_a_number_belongs_fails():
+    with pytest.raises(CheckFailure):
+        assert_close(np.array([np.nan, 1.0]), np.array([0.0, 1.0]))
+    assert_close(np.array([np.nan]), np.array([np.nan]))
+
+
+def test_shape_and_key_mismatches_are_named():
+    with pytest.raises(CheckFailure, match="expected shape"):
+        assert_close(np.zeros(3), np.zeros(4))
+    with pytest.raises(CheckFailure, match="expected keys"):
+        assert_close({"flops": 1}, {"flops": 1, "bytes": 2})
+
+
+def test_hidden_cases_are_labelled_and_seeded():
+    @check("tests/seeded", points=1)
+    def seeded(student, rng, hidden):
+        pass
+
+    registered = checks_for("tests/seeded")["seeded"]
+    a, b = rng_for(registered, True, seed=1).random(), rng_for(registered, True, seed=2).random()
+    assert a != b and rng_for(registered, True, seed=1).random() == a
+    assert rng_for(registered, False).random() == rng_for(registered, False).random()
+
+    student = InProcessStudent({"double": lambda x: 2 * x + (x == 7)})
+    with pytest.raises(CheckFailure, match=r"^hidden case 2 of 2: double\(x=7\): result: expected 14, got 15"):
+        compare_cases(student, "double", [{"x": 1}, {"x": 7}], lambda x: 2 * x, returns="number", hidden=True)
+
+
+def test_a_check_result_scores_its_points():
+    @check("tests/points", points=3)
+    def answer(student, rng, hidden):
+        compare_cases(student, "f", [{"x": 2}], lambda x: x * x, returns="number", hidden=hidden)
+
+    registered = checks_for("tests/points")["answer"]
+    good = run(registered, InProcessStudent({"f": lambda x: x * x}), hidden=False)
+    bad = run(registered, InProcessStudent({"f": lambda x: x + x + 1}), hidden=False)
+    assert (good.passed, good.score) == (True, 3.0)
+    assert (bad.passed, bad.score) == (False, 0.0) and "expected 4, got 5" in bad.message
+
+
+def test_exercise_ids_map_to_check_modules():
+    assert module_name("01-architecture/roofline") == "aisys_grader.exercises.ch01_architecture.roofline"
+    with pytest.raises(ValueError, match="exercise must look like"):
+        module_name("roofline")

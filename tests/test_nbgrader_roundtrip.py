@@ -1,0 +1,47 @@
+"""nbgrader's own workflow on a temporary course: generate, submit two students, autograde, export."""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from notebooks import EXERCISES, ROOT, source_notebook, student_notebook
+
+NBGRADER = [sys.executable, "-m", "nbgrader"]
+
+
+def nbgrader(course: Path, *args: str) -> None:
+    # nbgrader runs `alembic` from PATH, as it finds it in an activated environment.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path, "AISYS_GRADING_SEED": "20261121"}
+    done = subprocess.run([*NBGRADER, *args], cwd=course, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", sorted({e.split("/")[0] for e in EXERCISES}))
+def test_solution_scores_full_marks_and_blank_scores_zero(tmp_path, chapter):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "autograder" / "source" / chapter, course / "source" / chapter)
+    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
+    nbgrader(course, "generate_assignment", chapter, "--force")
+
+    exercises = [e for e in EXERCISES if e.startswith(chapter + "/")]
+    for student, notebook in (("solver", source_notebook), ("blank", student_notebook)):
+        for exercise in exercises:
+            target = course / "submitted" / student / f"{exercise}.ipynb"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(notebook(exercise), target)
+    nbgrader(course, "autograde", chapter, "--create")
+    nbgrader(course, "export", "--to", "grades.csv")
+
+    rows = {row["student_id"]: row for row in csv.DictReader((course / "grades.csv").open())}
+    assert set(rows) == {"solver", "blank"}
+    max_score = float(rows["solver"]["max_score"])
+    assert max_score > 0
+    assert float(rows["solver"]["score"]) == max_score
+    assert float(rows["blank"]["score"]) == 0

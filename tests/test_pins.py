@@ -1,0 +1,45 @@
+"""One set of pins: requirements/constraints.txt. environment.yml and pyproject.toml must agree with it."""
+
+import re
+import tomllib
+
+import yaml
+
+from notebooks import ROOT
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def constraints() -> dict[str, str]:
+    lines = (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    return {_name(name): version for name, version in pins.items()}
+
+
+def test_every_constraint_is_an_exact_pin():
+    for line in (ROOT / "requirements" / "constraints.txt").read_text().splitlines():
+        assert not line or line.startswith("#") or re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!-]+", line), line
+
+
+def test_every_direct_dependency_is_pinned():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    direct = project["dependencies"] + extras["book"] + extras["test"]
+    missing = {_name(r) for r in direct} - set(constraints())
+    assert not missing, f"not pinned in requirements/constraints.txt: {missing}"
+
+
+def test_environment_yml_uses_the_same_pins():
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(item["pip"] for item in environment["dependencies"] if isinstance(item, dict))
+    pinned = dict(line.split("==") for line in pip if "==" in line)
+    pins = constraints()
+    assert pinned, "environment.yml pins nothing"
+    for name, version in pinned.items():
+        assert pins.get(_name(name)) == version, f"environment.yml pins {name}=={version}, constraints say {pins.get(_name(name))}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    direct = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["book"]
+              + project["optional-dependencies"]["test"]}
+    assert direct <= {_name(n) for n in pinned}, f"missing from environment.yml: {direct - {_name(n) for n in pinned}}"
