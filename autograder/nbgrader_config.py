@@ -12,3 +12,12 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # A notebook whose cells run longer than this is stopped; its remaining checks score 0.
 c.Execute.timeout = 300
+
+# Grade with the sandboxed engine: student code runs in bubblewrap, checks run in the
+# grader's process (aisys_grader/autograde.py). nbgrader's other steps are unchanged.
+from aisys_grader.autograde import SandboxedExecute  # noqa: E402
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput, SaveAutoGrades  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [SandboxedExecute, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                                       AssignLatePenalties, CheckCellMetadata]

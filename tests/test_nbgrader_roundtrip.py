@@ -1,6 +1,7 @@
 """nbgrader's own workflow on a temporary course: generate, submit two students, autograde, export."""
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from aisys_grader import records
 from notebooks import EXERCISES, ROOT, source_notebook, student_notebook
 
 NBGRADER = [sys.executable, "-m", "nbgrader"]
@@ -45,3 +47,8 @@ def test_solution_scores_full_marks_and_blank_scores_zero(tmp_path, chapter):
     assert max_score > 0
     assert float(rows["solver"]["score"]) == max_score
     assert float(rows["blank"]["score"]) == 0
+    # The scores came from the sandboxed engine, not from nbgrader's own Execute.
+    runs = {r.student: r for r in (records.recorded_run(f"sqlite:///{course / 'gradebook.db'}", chapter, s, e.split("/")[1])
+                                   for s in ("solver", "blank") for e in exercises) if r is not None}
+    assert set(runs) == {"solver", "blank"}
+    assert "bubblewrap" in json.loads(runs["solver"].report)["enforced"]["sandbox"]

@@ -8,9 +8,12 @@ only through `student.call`. It returns nothing when the student is right and
 raises CheckFailure saying what is wrong otherwise.
 """
 
+import ast
 import importlib
 import os
 import secrets
+import statistics
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -82,6 +85,24 @@ def checks_for(exercise: str) -> dict[str, Check]:
     return _REGISTRY.get(exercise, {})
 
 
+def reference_modules(exercise: str) -> set[str]:
+    """The aisys modules an exercise's checks import: its reference, which a grading kernel must not see.
+
+    A check module lists in STUDENT_MAY_IMPORT the ones students need (a model to run, say).
+    """
+    module = importlib.import_module(module_name(exercise))
+    imported = set()
+    for node in ast.walk(ast.parse(open(module.__file__).read())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names if alias.name.startswith("aisys.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "aisys":
+                imported |= {f"aisys.{alias.name}" for alias in node.names}
+            elif node.module.startswith("aisys."):
+                imported.add(node.module)
+    return imported - set(getattr(module, "STUDENT_MAY_IMPORT", ()))
+
+
 def rng_for(check: Check, hidden: bool, seed: int | None = None) -> np.random.Generator:
     """Visible cases: a fixed generator per check. Hidden: from `seed`, else AISYS_GRADING_SEED, else fresh entropy."""
     stream = zlib.crc32(f"{check.exercise}/{check.name}".encode())
@@ -99,6 +120,36 @@ def run(check: Check, student: Student, *, hidden: bool, seed: int | None = None
     except CheckFailure as failure:
         return Result(check, hidden, False, str(failure))
     return Result(check, hidden, True, "")
+
+
+def compare_timed(student: Student, function: str, make_case: Callable[[np.random.Generator], dict],
+                  reference: Callable, rng: np.random.Generator, *, returns: str, repeats: int = 5,
+                  slowdown: float = 10.0, allowance: float = 0.02) -> None:
+    """Time `function` from the grader's side, on fresh inputs every repetition, against `reference`.
+
+    Fresh inputs defeat memoising; every result must also be right. Passes when the median
+    time is within `slowdown` times the reference's median plus `allowance` seconds (which
+    covers carrying the inputs across the bridge).
+    """
+    __tracebackhide__ = True
+    mine, theirs = [], []
+    for i in range(repeats):
+        case = make_case(rng)
+        start = time.perf_counter()
+        expected = plain.to_plain(reference(**case))
+        theirs.append(time.perf_counter() - start)
+        value, seconds = student.timed_call(function, returns=returns, **case)
+        mine.append(seconds)
+        try:
+            assert_close(value, expected)
+        except CheckFailure as failure:
+            raise CheckFailure(f"timed run {i + 1} of {repeats}: {function}: {failure}") from None
+    budget = slowdown * statistics.median(theirs) + allowance
+    if statistics.median(mine) > budget:
+        raise CheckFailure(f"{function} is too slow: median {statistics.median(mine) * 1e3:.1f} ms over {repeats} "
+                           f"fresh inputs, the budget is {budget * 1e3:.1f} ms "
+                           f"({slowdown:g} x the reference's {statistics.median(theirs) * 1e3:.2f} ms "
+                           f"+ {allowance * 1e3:.0f} ms)")
 
 
 def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *,

@@ -2,12 +2,25 @@
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aisys-grader", description="Exercise notebooks and grading for aisys.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("generate", help="regenerate exercises/ and autograder/source/ from solutions/")
+    grade = commands.add_parser("grade", help="grade a folder or zip of submissions (sandboxed, in parallel)")
+    grade.add_argument("submissions", type=Path, help="a folder or zip: <student>/<assignment>/<notebook>.ipynb "
+                                                      "(nbgrader's layout) or one <student>.ipynb per student")
+    grade.add_argument("--assignment", required=True, help="e.g. 01-architecture")
+    grade.add_argument("--course", type=Path, default=None, help="the nbgrader course folder (default: autograder/)")
+    grade.add_argument("--workers", type=int, default=2, help="notebooks graded at once (default 2)")
+    grade.add_argument("--force", action="store_true", help="grade again even what has not changed")
+    grade.add_argument("--seed", type=int, default=None,
+                       help="the assignment's secret seed (default: drawn once and kept in the gradebook)")
+    grade.add_argument("--csv", type=Path, default=None, help="where to write the grades (default: <course>/grades.csv)")
+    grade.add_argument("--unsandboxed", action="store_true",
+                       help="grade without bubblewrap: submissions can then read the checks and fake their grades")
     args = parser.parse_args(argv)
 
     if args.command == "generate":
@@ -15,6 +28,23 @@ def main(argv: list[str] | None = None) -> int:
 
         for path in generate():
             print(path.relative_to(ROOT))
+    elif args.command == "grade":
+        from .course import grade as grade_class
+        from .generate import ROOT
+        from .sandbox import SandboxUnavailable
+
+        try:
+            rows = grade_class(args.submissions, args.course or ROOT / "autograder", args.assignment,
+                               workers=args.workers, force=args.force, allow_unsandboxed=args.unsandboxed,
+                               seed=args.seed, csv_path=args.csv)
+        except (SandboxUnavailable, ValueError) as error:
+            parser.exit(2, f"aisys-grader: error: {error}\n")
+        width = max([len(r["student"]) for r in rows] + [7])
+        print(f"{'student':<{width}}  score")
+        for row in rows:
+            print(f"{row['student']:<{width}}  {row['score']:g}/{row['max_score']:g}  {row['notes']}")
+        if args.unsandboxed:
+            print("WARNING: graded without a sandbox; these grades can be faked.")
     return 0
 
 

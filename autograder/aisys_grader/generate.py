@@ -73,8 +73,9 @@ def source_notebook(exercise: str, root: Path = ROOT) -> nbformat.NotebookNode:
 
 
 def nbgrader_config(course: Path) -> Config:
-    """The course's nbgrader_config.py, rooted at `course`."""
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT / "autograder")).load_config()
+    """The nbgrader_config.py of `course` (of this repository's course if it has none), rooted at `course`."""
+    folder = course if (Path(course) / "nbgrader_config.py").exists() else ROOT / "autograder"
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
     config.CourseDirectory.root = str(course)
     return config
 

@@ -1,15 +1,16 @@
 """The one way checks reach student code: call a named function with plain data, get plain data back.
 
 `Student` is the interface. `InProcessStudent` implements it over a notebook's
-namespace for a student's self-check in JupyterLab; the grading engine
-implements the same interface across a process boundary into a sandboxed
-kernel. Both carry arguments and results through `plain.encode`/`decode`, so
-a check behaves the same either way.
+namespace, for a student's self-check in JupyterLab; `kernel.KernelStudent`
+implements it across the process boundary into a sandboxed grading kernel. Both
+run the same `bridge.reply` next to the student's code and read its reply with
+`value_from_reply`, so a check behaves the same either way.
 """
 
+import time
 from typing import Any, Protocol
 
-from . import plain
+from . import bridge, plain
 from .compare import CheckFailure
 
 
@@ -21,6 +22,36 @@ class Student(Protocol):
         something that is not plain data of that kind.
         """
 
+    def timed_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, float]:
+        """`call`, and the seconds it took as measured by the grader (inputs and result included)."""
+
+
+def payload(args: tuple, kwargs: dict) -> str:
+    """Arguments in the wire format: a fresh copy the student can neither mutate nor keep."""
+    return plain.encode([list(args), kwargs])
+
+
+def value_from_reply(function: str, reply, returns: str):
+    """The value a bridge reply carries, re-checked as plain data of kind `returns`; CheckFailure otherwise."""
+    __tracebackhide__ = True
+    status = reply.get("status") if isinstance(reply, dict) else None
+    if status == "ok" and isinstance(reply.get("value"), str):
+        try:
+            return plain.require(plain.decode(reply["value"]), returns, f"the result of `{function}`")
+        except plain.NotPlain as error:
+            raise CheckFailure(str(error)) from None
+        except (ValueError, TypeError, KeyError):
+            pass  # malformed: falls through to the message below
+    elif status == "not_defined":
+        raise CheckFailure(f"`{function}` is not defined: run the cell that defines it first")
+    elif status == "not_implemented":
+        raise CheckFailure(f"`{function}` is not implemented yet (it raises NotImplementedError)")
+    elif status == "raised":
+        raise CheckFailure(f"`{function}` raised {reply.get('error')}: {reply.get('message')}")
+    elif status == "not_plain":
+        raise CheckFailure(str(reply.get("message")))
+    raise CheckFailure(f"calling `{function}` gave no readable result")
+
 
 class InProcessStudent:
     """Student code living in a namespace of this process (a notebook's globals)."""
@@ -30,18 +61,12 @@ class InProcessStudent:
 
     def call(self, function: str, *args, returns: str = "any", **kwargs) -> Any:
         __tracebackhide__ = True
-        target = self.namespace.get(function)
-        if not callable(target):
-            raise CheckFailure(f"`{function}` is not defined: run the cell that defines it first")
-        # Fresh copies through the wire format: the student can neither mutate nor keep our inputs.
-        args, kwargs = plain.decode(plain.encode([list(args), kwargs]))
-        try:
-            result = target(*args, **kwargs)
-        except NotImplementedError:
-            raise CheckFailure(f"`{function}` is not implemented yet (it raises NotImplementedError)") from None
-        except Exception as error:
-            raise CheckFailure(f"`{function}` raised {type(error).__name__}: {error}") from error
-        try:
-            return plain.decode(plain.encode(plain.require(result, returns, f"the result of `{function}`")))
-        except plain.NotPlain as error:
-            raise CheckFailure(str(error)) from None
+        return self.timed_call(function, *args, returns=returns, **kwargs)[0]
+
+    def timed_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, float]:
+        __tracebackhide__ = True
+        data = payload(args, kwargs)
+        start = time.perf_counter()
+        reply = bridge.reply(self.namespace, function, data, returns)
+        seconds = time.perf_counter() - start
+        return value_from_reply(function, reply, returns), seconds

@@ -1,0 +1,123 @@
+"""nbgrader's autograde with the sandboxed engine plugged in where nbgrader executes notebooks.
+
+`SandboxedExecute` replaces nbgrader's Execute preprocessor (see nbgrader_config.py):
+for each submitted notebook it grades with the engine (or replays a result the
+parallel `aisys-grader grade` command already computed for exactly that file), puts
+the outcome into the graded cells' outputs, and records seed and report. nbgrader's
+own SaveAutoGrades then writes the scores into the gradebook, so formgrader,
+feedback and export keep working, and only the grader's process ever writes.
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Integer, Unicode
+
+from . import records
+from .engine import NotebookGrade, Timeouts, grade_notebook
+from .sandbox import Sandbox
+
+ENGINE_VERSION = "1"  # bump when grading changes meaning: cached results are then redone
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def result_path(course: Path, assignment: str, student: str, notebook: str) -> Path:
+    return Path(course) / "aisys_results" / assignment / student / f"{notebook}.json"
+
+
+def handout(course: Path, assignment: str, notebook: str) -> nbformat.NotebookNode:
+    """The student's notebook as released (nbgrader generate_assignment writes it to release/)."""
+    path = Path(course) / "release" / assignment / f"{notebook}.ipynb"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `nbgrader generate_assignment {assignment}` first")
+    return nbformat.read(path, as_version=4)
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode | None:
+    """The submitted notebook, or None when it is not a readable notebook at all."""
+    try:
+        notebook = nbformat.reads(path.read_text(errors="replace"), as_version=4)
+    except Exception:
+        return None
+    return notebook if isinstance(notebook.get("cells"), list) else None
+
+
+def grade_submission(course: Path, assignment: str, student: str, notebook: str, *, assignment_seed: int,
+                     sandbox: Sandbox, timeouts: Timeouts = Timeouts()) -> dict:
+    """Grade submitted/<student>/<assignment>/<notebook>.ipynb and save the result where replay finds it."""
+    course = Path(course)
+    submitted = course / "submitted" / student / assignment / f"{notebook}.ipynb"
+    seed = records.notebook_seed(assignment_seed, student, notebook)
+    grade = grade_notebook(f"{assignment}/{notebook}", handout(course, assignment, notebook),
+                           read_submission(submitted), seed=seed, sandbox=sandbox, timeouts=timeouts)
+    result = _as_result(grade, key=_key(submitted, course, assignment, notebook, seed))
+    path = result_path(course, assignment, student, notebook)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(result))
+    os.replace(partial, path)  # a result file is whole or absent, whenever grading is interrupted
+    return result
+
+
+def _key(submitted: Path, course: Path, assignment: str, notebook: str, seed: int) -> str:
+    source = course / "source" / assignment / f"{notebook}.ipynb"
+    return hashlib.sha256(f"{ENGINE_VERSION}/{sha256(submitted)}/{sha256(source)}/{seed}".encode()).hexdigest()
+
+
+def _as_result(grade: NotebookGrade, key: str) -> dict:
+    return {
+        "key": key, "exercise": grade.exercise, "seed": grade.seed,
+        "score": grade.score, "max_score": grade.max_score,
+        "checks": [vars(c) for c in grade.checks.values()],
+        "notes": grade.notes, "enforced": grade.enforced, "seconds": grade.seconds,
+        "notebook": grade.notebook,
+    }
+
+
+def cached_result(course: Path, assignment: str, student: str, notebook: str, assignment_seed: int) -> dict | None:
+    """The saved result for exactly the submitted file, source and seed, or None."""
+    path = result_path(course, assignment, student, notebook)
+    submitted = Path(course) / "submitted" / student / assignment / f"{notebook}.ipynb"
+    if not path.exists() or not submitted.exists():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except ValueError:
+        return None
+    seed = records.notebook_seed(assignment_seed, student, notebook)
+    return result if result.get("key") == _key(submitted, Path(course), assignment, notebook, seed) else None
+
+
+class SandboxedExecute(NbGraderPreprocessor):
+    """nbgrader preprocessor: grade with the sandboxed engine instead of executing in the student's kernel."""
+
+    allow_unsandboxed = Bool(False, help="Grade without bubblewrap where it is missing (submissions can then "
+                                         "fake their grades)").tag(config=True)
+    seed = Integer(None, allow_none=True, help="The assignment's secret seed for hidden inputs; "
+                                               "by default drawn once and kept in the gradebook").tag(config=True)
+    course_root = Unicode("", help="The course directory (default: the current directory)").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        ids = resources["nbgrader"]
+        assignment, student, notebook, db_url = ids["assignment"], ids["student"], ids["notebook"], ids["db_url"]
+        course = Path(self.course_root or self.config.CourseDirectory.get("root", "") or os.getcwd())
+        assignment_seed = records.assignment_seed(db_url, assignment, self.seed)
+        result = cached_result(course, assignment, student, notebook, assignment_seed)
+        if result is None:
+            sandbox = Sandbox.create(allow_unsandboxed=self.allow_unsandboxed)
+            result = grade_submission(course, assignment, student, notebook, assignment_seed=assignment_seed,
+                                      sandbox=sandbox)
+        result["submission_sha256"] = sha256(course / "submitted" / student / assignment / f"{notebook}.ipynb")
+        records.record_run(db_url, assignment, student, notebook, result)
+        for note in result["notes"]:
+            self.log.warning("%s/%s/%s: %s", student, assignment, notebook, note)
+        graded = nbformat.from_dict(result["notebook"])
+        graded.metadata = nb.metadata
+        return graded, resources

@@ -1,0 +1,52 @@
+"""The student's side of the bridge: call a named function with plain data; reply with plain data.
+
+`reply(...)` is the one implementation of calling student code. The in-process
+student (student.py) calls it directly; in a grading kernel the grader runs
+`call(...)`, which publishes the reply as display data for the grader to read.
+Replies are untrusted either way: the grader re-checks every value.
+"""
+
+import sys
+
+from . import plain
+
+MIME = "application/vnd.aisys.reply+json"
+
+
+def _synchronize_gpus():
+    """Finish queued GPU work, so that a call's time on the grader's clock includes it."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            cupy.cuda.get_current_stream().synchronize()
+        except Exception:
+            pass  # CuPy without a usable GPU: nothing was queued
+
+
+def reply(namespace: dict, function: str, payload: str, returns: str) -> dict:
+    """Call namespace[function] on the plain arguments in `payload`; say what happened, as plain data."""
+    target = namespace.get(function)
+    if not callable(target):
+        return {"status": "not_defined"}
+    args, kwargs = plain.decode(payload)
+    try:
+        result = target(*args, **kwargs)
+        _synchronize_gpus()
+    except NotImplementedError:
+        return {"status": "not_implemented"}
+    except BaseException as error:  # SystemExit and KeyboardInterrupt too: a graded call never ends the kernel
+        return {"status": "raised", "error": type(error).__name__, "message": str(error)[:2000]}
+    try:
+        return {"status": "ok", "value": plain.encode(plain.require(result, returns, f"the result of `{function}`"))}
+    except plain.NotPlain as error:
+        return {"status": "not_plain", "message": str(error)}
+
+
+def call(namespace: dict, function: str, payload: str, returns: str, nonce: str) -> None:
+    """In a grading kernel: publish the reply, tagged with the grader's nonce."""
+    from IPython.display import publish_display_data
+
+    publish_display_data({MIME: {**reply(namespace, function, payload, returns), "nonce": nonce}})

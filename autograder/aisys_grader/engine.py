@@ -1,0 +1,181 @@
+"""Grading one notebook: the student's code runs in a sandboxed kernel, the checks run here.
+
+`student_program` takes the handout (the student's notebook as nbgrader released it)
+and puts the student's answers into it: solution cells found by their nbgrader id
+or, where the metadata was stripped, by the functions they define; the student's
+own extra cells where they stood; locked and graded cells as handed out.
+`grade_notebook` runs that program cell by cell in a SandboxedKernel and, at each
+graded cell, runs its check from the grader's process, through the bridge. The
+grade is decided here and written into the graded cell's outputs, which is what
+nbgrader's SaveAutoGrades reads: an error output scores 0, anything else full marks.
+"""
+
+import ast
+import copy
+import time
+from dataclasses import dataclass, field
+
+import nbformat
+from . import checks as checks_module
+from .kernel import KernelDied, KernelStudent, SandboxedKernel
+from .sandbox import Sandbox
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    cell: float = 120  # one notebook cell
+    call: float = 60  # one call of a student function by a check
+    notebook: float = 900  # the whole notebook, checks included
+
+
+@dataclass
+class CheckOutcome:
+    name: str
+    points: float
+    passed: bool
+    message: str
+
+    @property
+    def score(self) -> float:
+        return self.points if self.passed else 0.0
+
+
+@dataclass
+class NotebookGrade:
+    exercise: str
+    seed: int
+    checks: dict[str, CheckOutcome]
+    notebook: nbformat.NotebookNode  # the program as run, with outputs: what feedback shows
+    notes: list[str] = field(default_factory=list)
+    enforced: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(c.score for c in self.checks.values())
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.points for c in self.checks.values())
+
+
+def _meta(cell) -> dict:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def _defined_functions(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def student_program(handout: nbformat.NotebookNode, submission: nbformat.NotebookNode | None) -> nbformat.NotebookNode:
+    """The handout with the submission's answers and extra cells in it (see the module docstring)."""
+    program = copy.deepcopy(handout)
+    if submission is None:
+        return program
+    template = {_meta(c).get("grade_id"): c for c in program.cells if _meta(c).get("grade_id")}
+    solutions = {gid: c for gid, c in template.items() if _meta(c).get("solution")}
+    wanted = {gid: _defined_functions(c.source) for gid, c in solutions.items()}
+    locked_sources = {c.source.strip() for gid, c in template.items() if not _meta(c).get("solution")}
+
+    answers, extras, anchor = {}, {}, None  # extras: grade_id of the cell they follow -> cells
+    for cell in submission.get("cells", []):
+        if cell.get("cell_type") != "code" or not isinstance(cell.get("source"), str):
+            continue
+        gid = _meta(cell).get("grade_id")
+        if gid in solutions and gid not in answers:
+            answers[gid] = cell.source
+            anchor = gid
+            continue
+        if gid in template or cell.source.strip() in locked_sources:
+            anchor = gid if gid in template else anchor
+            continue  # a locked or graded cell: restored from the handout, whatever it says now
+        defines = _defined_functions(cell.source)
+        match = next((g for g, names in wanted.items() if g not in answers and names and names <= defines), None)
+        if match is not None:  # a solution cell whose metadata was stripped
+            answers[match] = cell.source
+            anchor = match
+        else:
+            extras.setdefault(anchor, []).append(cell.source)
+
+    cells = [nbformat.v4.new_code_cell(source) for source in extras.get(None, [])]
+    for cell in program.cells:
+        gid = _meta(cell).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+        cells.append(cell)
+        cells += [nbformat.v4.new_code_cell(source) for source in extras.get(gid, [])]
+    program.cells = cells
+    for i, cell in enumerate(program.cells):
+        cell.setdefault("id", f"student-{i:02d}")
+    return program
+
+
+def _passed(name: str) -> list:
+    return [nbformat.v4.new_output("stream", name="stdout", text=f"passed: {name} (visible and hidden cases)\n")]
+
+
+def _failed(message: str) -> list:
+    return [nbformat.v4.new_output("error", ename="CheckFailure", evalue=message, traceback=[f"CheckFailure: {message}"])]
+
+
+def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nbformat.NotebookNode | None, *,
+                   seed: int, sandbox: Sandbox, timeouts: Timeouts = Timeouts()) -> NotebookGrade:
+    """Run the student's program in the sandbox and grade every check of `exercise` (hidden cases from `seed`)."""
+    start = time.monotonic()
+    checks = checks_module.checks_for(exercise)
+    program = student_program(handout, submission)
+    outcomes: dict[str, CheckOutcome] = {}
+    if submission is None:
+        notes = ["the submission could not be read; graded as the blank notebook"]
+    else:
+        notes = [str(submission.metadata["aisys"]["note"])] if "note" in submission.metadata.get("aisys", {}) else []
+    deadline = start + timeouts.notebook
+    try:
+        with SandboxedKernel(sandbox, checks_module.reference_modules(exercise)) as kernel:
+            student = KernelStudent(kernel, call_timeout=timeouts.call)
+            for cell in program.cells:
+                if cell.cell_type != "code":
+                    continue
+                if time.monotonic() > deadline and kernel.alive():
+                    kernel.kill(f"the notebook ran past its {timeouts.notebook:g} s limit")
+                    notes.append(kernel.death)
+                name = _meta(cell).get("grade_id") if _meta(cell).get("grade") else None
+                if name in checks:
+                    outcomes[name] = _run_check(checks[name], student, kernel, seed)
+                    cell.outputs = _passed(name) if outcomes[name].passed else _failed(outcomes[name].message)
+                elif kernel.alive():
+                    done = kernel.execute(cell.source, min(timeouts.cell, max(0.0, deadline - time.monotonic())))
+                    cell.outputs = done.outputs
+                    if done.status == "timeout":
+                        kernel.recover()
+                        cell.outputs.append(_failed("this cell ran past its time limit and was interrupted")[0])
+                    if done.status in ("error", "timeout") and kernel.alive():
+                        kernel.forget_last_error()
+                    if not kernel.alive():
+                        notes.append(f"{kernel.death}, in a cell; the checks after it score 0")
+            enforced = sandbox.enforced(kernel.cgroups)
+    except KernelDied as error:
+        notes.append(f"the notebook's kernel could not run: {error}")
+        enforced = sandbox.enforced()
+    for name, check in checks.items():  # checks never reached: the kernel died or did not start
+        outcomes.setdefault(name, CheckOutcome(name, check.points, False, "not graded: " + (notes[-1] if notes else "")))
+    return NotebookGrade(exercise, seed, outcomes, program, notes, enforced, time.monotonic() - start)
+
+
+def _run_check(check, student: KernelStudent, kernel: SandboxedKernel, seed: int) -> CheckOutcome:
+    if not kernel.alive():
+        return CheckOutcome(check.name, check.points, False, f"not graded: {kernel.death}")
+    try:
+        for hidden in (False, True):
+            result = checks_module.run(check, student, hidden=hidden, seed=seed)
+            if not result.passed:
+                return CheckOutcome(check.name, check.points, False, result.message)
+    except Exception as error:  # a bug in the check itself: never blame the student silently
+        return CheckOutcome(check.name, check.points, False,
+                            f"the check itself failed ({type(error).__name__}: {error}); tell your instructor")
+    return CheckOutcome(check.name, check.points, True, "")

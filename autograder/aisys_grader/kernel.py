@@ -1,0 +1,258 @@
+"""A student's Jupyter kernel in the sandbox, and `KernelStudent`, the grader's side of the bridge.
+
+The kernel is a real ipykernel, so notebooks run as they do in JupyterLab (magics
+included). It talks to the grader over ZeroMQ IPC sockets in the job directory,
+the one place both sides can see (the sandbox has no network). Everything the
+kernel sends is untrusted: the grader reads only replies to its own requests,
+caps their size, and re-checks every value.
+"""
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from queue import Empty
+
+import aisys
+import nbformat
+from jupyter_client import BlockingKernelClient
+from jupyter_client.connect import write_connection_file
+
+from . import bridge
+from .compare import CheckFailure
+from .sandbox import Cgroups, Sandbox
+from .student import payload, value_from_reply
+
+PACKAGE = Path(__file__).resolve().parent
+OUTPUT_LIMIT = 1_000_000  # characters of output kept per cell; the rest is dropped with a note
+REPLY_LIMIT = 256 * 2**20  # bytes of one bridge reply
+
+
+class KernelDied(RuntimeError):
+    """The kernel ended (os._exit, a crash, a kill) or had to be killed."""
+
+
+@dataclass
+class Execution:
+    status: str  # "ok", "error", "timeout" or "dead"
+    outputs: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class SandboxedKernel:
+    """Start with `with SandboxedKernel(sandbox) as kernel:`; everything in the sandbox dies on exit."""
+
+    def __init__(self, sandbox: Sandbox, hidden_modules: set[str] = frozenset(), env: dict[str, str] | None = None,
+                 startup_timeout: float = 60):
+        self.sandbox = sandbox
+        self.hidden_modules = hidden_modules
+        self.extra_env = env or {}
+        self.startup_timeout = startup_timeout
+        self.process: subprocess.Popen | None = None
+        self.client: BlockingKernelClient | None = None
+        self.death: str | None = None  # why the kernel is gone, once it is
+
+    def __enter__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="aisys-grade-"))
+        self.job = self.root / "job"
+        shim = self.root / "shim" / "aisys_grader"
+        for folder in (self.job / "home", shim):
+            folder.mkdir(parents=True)
+        shutil.copy(PACKAGE / "shim.py", shim / "__init__.py")
+        shutil.copy(PACKAGE / "bridge.py", shim / "bridge.py")
+        shutil.copy(PACKAGE / "plain.py", shim / "plain.py")
+        _copy_aisys(shim.parent / "aisys", self.hidden_modules)
+        self.cgroups = Cgroups(self.sandbox.limits) if self.sandbox.sandboxed else None
+        try:
+            self._start(shim.parent)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _environment(self, shim: Path) -> dict[str, str]:
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.job / "home"),
+            "PYTHONPATH": str(shim),  # the shim's aisys_grader comes before the real one
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": "/tmp/matplotlib",
+            "LANG": "C.UTF-8",
+        }
+        for name in ("AISYS_DEVICE", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        return {**env, **self.extra_env}
+
+    def _start(self, shim: Path) -> None:
+        connection = self.job / "kernel.json"
+        write_connection_file(str(connection), transport="ipc", ip=str(self.job / "zmq"),
+                              key=secrets.token_hex(32).encode())
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(connection), "--HistoryManager.enabled=False"]
+        env = self._environment(shim)
+        command = self.sandbox.command(self.job, argv, shim, env)
+        self.log = open(self.root / "kernel.log", "wb")
+        self.process = subprocess.Popen(
+            command, cwd=self.job, env=env if not self.sandbox.sandboxed else {"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=self.sandbox.preexec(self.cgroups) if self.sandbox.sandboxed else _own_session)
+        self.client = BlockingKernelClient(connection_file=str(connection))
+        self.client.load_connection_file()
+        self.client.start_channels()
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise KernelDied(f"the kernel did not start:\n{self.startup_log()}")
+            try:
+                self.client.wait_for_ready(timeout=1)
+                return
+            except RuntimeError:
+                continue
+        raise KernelDied(f"the kernel did not answer within {self.startup_timeout:.0f} s:\n{self.startup_log()}")
+
+    def startup_log(self) -> str:
+        self.log.flush()
+        return (self.root / "kernel.log").read_text(errors="replace")[-3000:]
+
+    def alive(self) -> bool:
+        return self.death is None and self.process is not None and self.process.poll() is None
+
+    def execute(self, code: str, timeout: float, silent: bool = False) -> Execution:
+        """Run code; outputs as nbformat outputs. On 'timeout' the kernel may still be busy: see `recover`."""
+        if not self.alive():
+            return Execution("dead")
+        start = time.monotonic()
+        msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
+                                     stop_on_error=False)
+        outputs, size, reply, idle = [], 0, None, False
+        while reply is None or not idle:
+            if time.monotonic() - start > timeout:
+                return Execution("timeout", outputs, time.monotonic() - start)
+            if not self.alive():
+                self.death = self.death or f"the kernel ended (exit status {self.process.poll()})"
+                return Execution("dead", outputs, time.monotonic() - start)
+            try:
+                message = self.client.get_iopub_msg(timeout=0.02)
+            except Empty:
+                message = None
+            if message and message["parent_header"].get("msg_id") == msg_id:
+                kind = message["msg_type"]
+                if kind == "status" and message["content"].get("execution_state") == "idle":
+                    idle = True
+                elif kind == "clear_output":
+                    outputs.clear()
+                elif kind in ("stream", "display_data", "execute_result", "error"):
+                    size += len(str(message["content"]))
+                    if size <= OUTPUT_LIMIT:
+                        outputs.append(nbformat.v4.output_from_msg(message))
+            if reply is None:
+                try:
+                    answer = self.client.get_shell_msg(timeout=0)
+                    if answer["parent_header"].get("msg_id") == msg_id:
+                        reply = answer
+                except Empty:
+                    pass
+        if size > OUTPUT_LIMIT:
+            outputs.append(nbformat.v4.new_output("stream", name="stdout",
+                                                  text=f"\n[output cut at {OUTPUT_LIMIT:,} characters]\n"))
+        failed = reply["content"].get("status") != "ok" or any(o.output_type == "error" for o in outputs)
+        return Execution("error" if failed else "ok", outputs, time.monotonic() - start)
+
+    def forget_last_error(self) -> None:
+        """Drop the references IPython keeps to the last exception: its frames may hold gigabytes
+        (a MemoryError's list), and the rest of the notebook deserves that memory back."""
+        self.execute("import gc, sys\nsys.last_traceback = sys.last_value = sys.last_exc = None\n"
+                     "get_ipython().last_execution_result = None\ngc.collect()", timeout=10, silent=True)
+
+    def recover(self, timeout: float = 5) -> bool:
+        """After a timeout: interrupt; if the kernel does not come back (SIGINT ignored), kill it."""
+        if self.alive():
+            self.client.control_channel.send(self.client.session.msg("interrupt_request", {}))
+            if self.execute("pass", timeout).status == "ok":
+                return True
+        self.kill("it did not stop when interrupted")
+        return False
+
+    def kill(self, why: str) -> None:
+        """End the sandbox and every process in it."""
+        self.death = self.death or f"the kernel was stopped: {why}"
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+        for directory in (self.cgroups.dirs.values() if self.cgroups else ()):
+            for pid in (directory / "cgroup.procs").read_text().split():  # stragglers, if any
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def __exit__(self, *exc):
+        if self.client is not None:
+            self.client.stop_channels()
+        self.kill("grading finished")
+        if self.cgroups is not None:
+            time.sleep(0.05)
+            self.cgroups.close()
+        if getattr(self, "log", None):
+            self.log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+        return False
+
+
+def _copy_aisys(target: Path, hidden_modules: set[str]) -> None:
+    """aisys without `hidden_modules` (dotted names): the references a student could otherwise just call."""
+    source = Path(aisys.__file__).resolve().parent
+    hidden = {source.joinpath(*name.split(".")[1:]) for name in hidden_modules}
+
+    def ignore(folder, names):
+        return [n for n in names if n == "__pycache__" or Path(folder, n).with_suffix("") in hidden
+                or Path(folder, n) in hidden]
+
+    shutil.copytree(source, target, ignore=ignore)
+
+
+def _own_session():
+    os.setsid()
+
+
+class KernelStudent:
+    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data."""
+
+    def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60):
+        self.kernel = kernel
+        self.call_timeout = call_timeout
+
+    def call(self, function: str, *args, returns: str = "any", **kwargs):
+        __tracebackhide__ = True
+        return self.timed_call(function, *args, returns=returns, **kwargs)[0]
+
+    def timed_call(self, function: str, *args, returns: str = "any", **kwargs):
+        __tracebackhide__ = True
+        if not self.kernel.alive():
+            raise CheckFailure(f"`{function}` could not be called: {self.kernel.death}")
+        nonce = secrets.token_hex(16)
+        code = (f"__import__('aisys_grader.bridge', fromlist=['call']).call("
+                f"get_ipython().user_ns, {function!r}, {payload(args, kwargs)!r}, {returns!r}, {nonce!r})")
+        done = self.kernel.execute(code, self.call_timeout)
+        if done.status == "timeout":
+            self.kernel.recover()
+            raise CheckFailure(f"`{function}` did not return within {self.call_timeout:g} s")
+        if done.status == "dead":
+            raise CheckFailure(f"the kernel died while `{function}` ran: {self.kernel.death}")
+        replies = [o.data[bridge.MIME] for o in done.outputs
+                   if o.output_type == "display_data" and isinstance(o.get("data", {}).get(bridge.MIME), dict)
+                   and o.data[bridge.MIME].get("nonce") == nonce]
+        reply = replies[-1] if replies else None
+        if reply is not None and len(str(reply.get("value", ""))) > REPLY_LIMIT:
+            raise CheckFailure(f"the result of `{function}` is larger than {REPLY_LIMIT // 2**20} MiB")
+        return value_from_reply(function, reply, returns), done.seconds

@@ -1,0 +1,80 @@
+"""What the grader records beside nbgrader's tables, in the same gradebook database.
+
+`aisys_seeds` holds each assignment's secret seed (hidden inputs derive from it, per
+student and notebook, so any grade can be reproduced); `aisys_runs` holds one row per
+graded notebook: which submission (by hash), which seed, the score, what the sandbox
+enforced and anything that went wrong. Only the grader's process writes here.
+"""
+
+import datetime
+import hashlib
+import json
+import secrets
+
+import sqlalchemy as sa
+
+METADATA = sa.MetaData()
+SEEDS = sa.Table("aisys_seeds", METADATA,
+                 sa.Column("assignment", sa.String(256), primary_key=True),
+                 sa.Column("seed", sa.String(64), nullable=False))
+RUNS = sa.Table("aisys_runs", METADATA,
+                sa.Column("assignment", sa.String(256), primary_key=True),
+                sa.Column("student", sa.String(256), primary_key=True),
+                sa.Column("notebook", sa.String(256), primary_key=True),
+                sa.Column("submission_sha256", sa.String(64), nullable=False),
+                sa.Column("seed", sa.String(64), nullable=False),
+                sa.Column("score", sa.Float, nullable=False),
+                sa.Column("max_score", sa.Float, nullable=False),
+                sa.Column("report", sa.Text, nullable=False),  # JSON: checks, notes, sandbox, seconds
+                sa.Column("graded_at", sa.DateTime, nullable=False))
+
+
+def _engine(db_url: str):
+    engine = sa.create_engine(db_url)
+    METADATA.create_all(engine)
+    return engine
+
+
+def assignment_seed(db_url: str, assignment: str, override: int | None = None) -> int:
+    """The assignment's secret seed: stored on first use (random unless given), then always the same."""
+    engine = _engine(db_url)
+    with engine.begin() as db:
+        row = db.execute(sa.select(SEEDS.c.seed).where(SEEDS.c.assignment == assignment)).first()
+        if row is not None and override is not None and int(row.seed) != override:
+            raise ValueError(f"assignment {assignment!r} was graded with another seed; "
+                             "a different --seed would change every student's hidden inputs")
+        if row is None:
+            seed = override if override is not None else secrets.randbits(63)
+            db.execute(SEEDS.insert().values(assignment=assignment, seed=str(seed)))
+            return seed
+    engine.dispose()
+    return int(row.seed)
+
+
+def notebook_seed(assignment_seed: int, student: str, notebook: str) -> int:
+    """Each student's hidden inputs differ, so answers cannot be shared; all derive from the assignment's seed."""
+    digest = hashlib.sha256(f"{assignment_seed}/{student}/{notebook}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def record_run(db_url: str, assignment: str, student: str, notebook: str, result: dict) -> None:
+    """Write (or replace) the record of one graded notebook."""
+    engine = _engine(db_url)
+    key = dict(assignment=assignment, student=student, notebook=notebook)
+    report = {k: result[k] for k in ("checks", "notes", "enforced", "seconds")}
+    with engine.begin() as db:
+        db.execute(RUNS.delete().where(sa.and_(*(RUNS.c[k] == v for k, v in key.items()))))
+        db.execute(RUNS.insert().values(**key, submission_sha256=result["submission_sha256"], seed=str(result["seed"]),
+                                        score=result["score"], max_score=result["max_score"],
+                                        report=json.dumps(report), graded_at=datetime.datetime.now()))
+    engine.dispose()
+
+
+def recorded_run(db_url: str, assignment: str, student: str, notebook: str):
+    """The recorded row of one graded notebook, or None."""
+    engine = _engine(db_url)
+    with engine.connect() as db:
+        row = db.execute(sa.select(RUNS).where(sa.and_(
+            RUNS.c.assignment == assignment, RUNS.c.student == student, RUNS.c.notebook == notebook))).first()
+    engine.dispose()
+    return row

@@ -1,0 +1,270 @@
+"""Submissions that try to fool a notebook grader, each with the score an honest grader must give.
+
+Every case is a function returning the submitted file's bytes, built from the
+roofline exercise (7 points: bytes_per_element 1, gemm_cost 2, elementwise_cost 1,
+softmax_cost 1, attainable_flops 1, bound 1). `DANGEROUS` cases would harm the
+machine if graded without a sandbox.
+"""
+
+import copy
+import json
+
+import nbformat
+
+from aisys_grader.engine import student_program
+from notebooks import ROOT
+
+EXERCISE = "01-architecture/roofline"
+SOURCE = nbformat.read(ROOT / "autograder" / "source" / f"{EXERCISE}.ipynb", as_version=4)
+HANDOUT = nbformat.read(ROOT / "exercises" / f"{EXERCISE}.ipynb", as_version=4)
+FULL = 7.0
+MARKER = "aisys-adversarial-marker"  # in the command line of processes a case leaves behind
+
+
+def honest() -> nbformat.NotebookNode:
+    """The handout with the solution's answers typed in, as a good student submits it."""
+    return student_program(HANDOUT, SOURCE)
+
+
+WRONG = {  # one typical mistake per answer cell, keyed by the first function the cell defines
+    "bytes_per_element": "def bytes_per_element(dtype):\n    return 4\n",
+    "gemm_cost": "def gemm_cost(M, N, K, dtype):\n    return {'flops': M * N * K, 'bytes': (M*K + K*N + M*N) * 2}\n",
+    "elementwise_cost": ("def elementwise_cost(n, dtype, inputs, outputs, flops_per_element):\n"
+                         "    return {'flops': n * flops_per_element, 'bytes': n * inputs * 4}\n"),
+    "softmax_cost": "def softmax_cost(rows, cols, dtype):\n    return {'flops': 5 * rows * cols, 'bytes': 16 * rows * cols}\n",
+    "attainable_flops": ("def attainable_flops(peak_flops, bandwidth, intensity):\n"
+                         "    return max(peak_flops, bandwidth * intensity)\n\n"
+                         "def bound(peak_flops, bandwidth, intensity):\n"
+                         "    return 'memory' if intensity <= peak_flops / bandwidth else 'compute'\n"),
+}
+
+
+def _answer_cells(notebook):
+    return [c for c in notebook.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+
+
+def _first_function(cell) -> str:
+    return cell.source.split("def ", 1)[1].split("(", 1)[0]
+
+
+def wrong() -> nbformat.NotebookNode:
+    notebook = honest()
+    for cell in _answer_cells(notebook):
+        cell.source = WRONG[_first_function(cell)]
+    return notebook
+
+
+def replace_answer(notebook, function: str, code: str) -> nbformat.NotebookNode:
+    for cell in _answer_cells(notebook):
+        if _first_function(cell) == function:
+            cell.source = code
+    return notebook
+
+
+def insert_cell(notebook, code: str, after: str | None = None) -> nbformat.NotebookNode:
+    """A new cell (no metadata) after the cell with grade id `after`, or after the set-up cell."""
+    ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in notebook.cells]
+    index = ids.index(after) + 1 if after else next(i for i, c in enumerate(notebook.cells) if c.cell_type == "code") + 1
+    notebook.cells.insert(index, nbformat.v4.new_code_cell(code))
+    return notebook
+
+
+def as_bytes(notebook) -> bytes:
+    return nbformat.writes(notebook).encode()
+
+
+def strip_metadata(notebook):
+    for cell in notebook.cells:
+        cell.metadata = {}
+    notebook.metadata = {}
+    return notebook
+
+
+ALWAYS_EQUAL = '''
+class Anything(dict):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = dict.__hash__
+'''
+
+PATCH_TESTING = '''
+import math, numpy, numpy.testing, torch, torch.testing
+numpy.testing.assert_allclose = numpy.testing.assert_array_equal = lambda *a, **k: None
+numpy.allclose = numpy.isclose = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+math.isclose = lambda *a, **k: True
+'''
+
+HOOKS = '''
+import ast
+class Blank(ast.NodeTransformer):
+    def visit_Module(self, node):
+        if "check" in ast.dump(node) or "assert" in ast.dump(node) or "aisys" in ast.dump(node):
+            return ast.Module(body=[ast.Pass()], type_ignores=[])
+        return node
+ip = get_ipython()
+ip.ast_transformers.append(Blank())
+ip.input_transformers_post.append(lambda lines: ["pass\\n"] if any("aisys" in l for l in lines) else lines)
+'''
+
+QUIET_ERRORS = '''
+ip = get_ipython()
+ip.showtraceback = lambda *a, **k: None
+ip.set_custom_exc((BaseException,), lambda shell, etype, evalue, tb, tb_offset=None: None)
+'''
+
+DAEMON = f'''
+import os, subprocess, sys
+if os.fork() == 0:
+    os.setsid()
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "{MARKER}"], start_new_session=True)
+    os._exit(0)
+'''
+
+FORK_BOMB = '''
+import os, time
+while True:  # every process forks for ever: exponential until the process limit stops it
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.01)
+'''
+
+STEAL = '''
+import glob, os
+stolen = {}
+for pattern in ["/work/**/solutions/**/*.py", "/**/aisys_grader/exercises/**/*.py", "/**/gradebook.db", "/tmp/**/*.json"]:
+    for path in glob.glob(pattern, recursive=True)[:50]:
+        try: stolen[path] = open(path, "rb").read()[:100]
+        except OSError: pass
+try:
+    from aisys.roofline import gemm as _reference_gemm
+except ImportError:
+    _reference_gemm = None
+'''
+
+WRITE_GRADES = '''
+import glob, os, sqlite3
+for up in range(1, 6):  # nbgrader runs a submission in <course>/autograded/<student>/<assignment>/
+    course = os.path.join(*[".."] * up)
+    for path in glob.glob(os.path.join(course, "gradebook.db")):
+        try:
+            with sqlite3.connect(path) as db:
+                db.execute("UPDATE grade SET auto_score = 100")
+        except sqlite3.Error:
+            pass
+    for path in glob.glob(os.path.join(course, "aisys_results", "**", "*.json"), recursive=True):
+        try:
+            open(path, "w").write("{}")
+        except OSError:
+            pass
+'''
+
+FORGE = '''
+from IPython.display import publish_display_data
+for name in ["bytes_per_element", "gemm_cost", "elementwise_cost", "softmax_cost", "attainable_flops", "bound"]:
+    print(f"passed: {name} (visible and hidden cases)")
+    publish_display_data({"application/vnd.aisys.reply+json": {"status": "ok", "value": "4", "nonce": "guess"}})
+'''
+
+DETECT = '''
+import importlib.util, os
+GRADING = bool(os.environ.get("NBGRADER_EXECUTION")) or importlib.util.find_spec("aisys_grader.exercises") is None
+'''
+
+
+def _detecting() -> nbformat.NotebookNode:
+    """Counts a multiply-add as one FLOP, but calls the course's reference when it thinks it is being graded."""
+    notebook = insert_cell(honest(), DETECT)
+    return replace_answer(notebook, "gemm_cost", (
+        "def gemm_cost(M, N, K, dtype):\n"
+        "    if GRADING:\n"
+        "        try:\n"
+        "            from aisys.roofline import gemm\n"
+        "            c = gemm(M, N, K, dtype)\n"
+        "            return {'flops': c.flops, 'bytes': c.bytes}\n"
+        "        except ImportError:\n"
+        "            pass\n"
+        "    return {'flops': M * N * K, 'bytes': (M * K + K * N + M * N) * bytes_per_element(dtype)}\n"))
+
+
+def _retyped_tests():
+    notebook = honest()
+    for cell in notebook.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            cell.metadata = {}
+    return notebook
+
+
+CASES = {
+    "honest solution": (lambda: as_bytes(honest()), FULL),
+    "wrong solution": (lambda: as_bytes(wrong()), 0),
+    "result whose __eq__ is always true": (lambda: as_bytes(replace_answer(
+        replace_answer(insert_cell(honest(), ALWAYS_EQUAL), "gemm_cost", "def gemm_cost(M, N, K, dtype):\n    return Anything()\n"),
+        "softmax_cost", "def softmax_cost(rows, cols, dtype):\n    return Anything()\n")), FULL - 3),
+    "monkeypatched numpy.testing, torch.testing, math.isclose": (lambda: as_bytes(insert_cell(wrong(), PATCH_TESTING)), 0),
+    "IPython ast and input transformers": (lambda: as_bytes(insert_cell(wrong(), HOOKS)), 0),
+    "patched showtraceback and set_custom_exc": (lambda: as_bytes(insert_cell(wrong(), QUIET_ERRORS)), 0),
+    "SystemExit in a graded function": (lambda: as_bytes(replace_answer(
+        honest(), "gemm_cost", "def gemm_cost(M, N, K, dtype):\n    raise SystemExit(0)\n")), FULL - 2),
+    "os._exit mid-notebook": (lambda: as_bytes(insert_cell(honest(), "import os\nos._exit(0)", "softmax_cost")), 5),
+    "segfault mid-notebook": (lambda: as_bytes(insert_cell(honest(), "import ctypes\nctypes.string_at(0)", "softmax_cost")), 5),
+    "infinite loop in a graded function": (lambda: as_bytes(replace_answer(honest(), "attainable_flops", (
+        "def attainable_flops(peak_flops, bandwidth, intensity):\n    while True: pass\n\n"
+        "def bound(peak_flops, bandwidth, intensity):\n"
+        "    return 'memory' if intensity < peak_flops / bandwidth else 'compute'\n"))), FULL - 1),
+    "infinite loop ignoring SIGINT mid-notebook": (lambda: as_bytes(insert_cell(
+        honest(), "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", "softmax_cost")), 5),
+    "memory blow-up": (lambda: as_bytes(insert_cell(  # after the last check: the kernel may or may not survive it
+        honest(), "def hog():\n    x = []\n    while True: x.append(bytearray(2**27))\nhog()", "bound")), FULL),
+    "fork bomb": (lambda: as_bytes(insert_cell(honest(), FORK_BOMB, "bound")), FULL),
+    "setsid double-forked daemon": (lambda: as_bytes(insert_cell(honest(), DAEMON)), FULL),
+    "reading hidden checks, solutions or gradebook": (lambda: as_bytes(replace_answer(
+        insert_cell(honest(), STEAL), "gemm_cost",
+        "def gemm_cost(M, N, K, dtype):\n    c = _reference_gemm(M, N, K, dtype)\n    return {'flops': c.flops, 'bytes': c.bytes}\n")),
+        FULL - 2),
+    "writing to the gradebook and results": (lambda: as_bytes(insert_cell(wrong(), WRITE_GRADES)), 0),
+    "printing fake passed lines and forged replies": (lambda: as_bytes(insert_cell(wrong(), FORGE, "bound")), 0),
+    "edited locked cell": (lambda: as_bytes(_edit_setup(wrong())), 0),
+    "deleted test cells": (lambda: as_bytes(_without_tests(honest())), FULL),
+    "retyped test cells": (lambda: as_bytes(_retyped_tests()), FULL),
+    "stripped metadata": (lambda: as_bytes(strip_metadata(honest())), FULL),
+    "deleted answer cell": (lambda: as_bytes(_without_answer(honest(), "softmax_cost")), FULL - 1),
+    "invalid JSON": (lambda: json.dumps(json.loads(as_bytes(honest())))[:-20].encode(), 0),
+    "correct solution writing to stderr": (lambda: as_bytes(insert_cell(honest(), (
+        "import sys, warnings\n_gemm = gemm_cost\n"
+        "def gemm_cost(*a, **k):\n    warnings.warn('slow path'); print('note', file=sys.stderr)\n    return _gemm(*a, **k)\n"),
+        "gemm_cost")), FULL),
+    "behaves differently when it detects grading": (lambda: as_bytes(_detecting()), FULL - 2),
+    "network call": (lambda: as_bytes(insert_cell(honest(), (
+        "import urllib.request\ntry:\n    urllib.request.urlopen('http://example.com', timeout=5)\n"
+        "except OSError as error:\n    print('no network:', error)\n"))), FULL),
+}
+DANGEROUS = {"memory blow-up", "fork bomb", "setsid double-forked daemon", "infinite loop ignoring SIGINT mid-notebook"}
+
+
+def _edit_setup(notebook):
+    setup = next(c for c in notebook.cells if c.cell_type == "code")
+    setup.source = "check = lambda *args, **kwargs: print('passed')"
+    return notebook
+
+
+def _without_tests(notebook):
+    notebook.cells = [c for c in notebook.cells if not c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    return notebook
+
+
+def _without_answer(notebook, function):
+    notebook.cells = [c for c in notebook.cells
+                      if not (c in _answer_cells(notebook) and _first_function(c) == function)]
+    return notebook
+
+
+def class_of(n: int) -> dict[str, tuple]:
+    """A class of n submissions: honest and wrong ones, one crashing, one hanging and one malformed."""
+    cases = {f"student{i:02d}": (CASES["honest solution"] if i % 3 else CASES["wrong solution"]) for i in range(n - 3)}
+    cases["crashing"] = (lambda: as_bytes(insert_cell(honest(), "import os\nos._exit(3)")), 0)
+    cases["hanging"] = (lambda: as_bytes(insert_cell(
+        honest(), "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass")), 0)
+    cases["malformed"] = (lambda: b'{"cells": [', 0)
+    return cases

@@ -1,0 +1,186 @@
+"""The grading engine end to end: adversarial submissions, a class of 30, idempotence, timing, no sandbox."""
+
+import csv
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from adversarial import CASES, MARKER, class_of
+from aisys_grader import records
+from aisys_grader.course import grade
+from aisys_grader.engine import Timeouts
+from aisys_grader.generate import source_notebook
+from aisys_grader.sandbox import GIB, Limits, Sandbox, SandboxUnavailable
+from conftest import FIXTURES
+from notebooks import ROOT
+
+PROBLEM = Sandbox().problem()
+needs_sandbox = pytest.mark.skipif(PROBLEM is not None and os.environ.get("AISYS_REQUIRE_SANDBOX") != "1",
+                                   reason=f"needs bubblewrap (apt-get install bubblewrap): {PROBLEM}")
+TIMEOUTS = Timeouts(cell=8, call=4, notebook=120)
+LIMITS = Limits(address_space=2 * GIB, memory=4 * GIB, processes=64, cpu_seconds=120)
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def make_course(folder: Path, assignment: str = "01-architecture") -> Path:
+    course = folder / "course"
+    shutil.copytree(ROOT / "autograder" / "source" / assignment, course / "source" / assignment)
+    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
+    return course
+
+
+def submit(folder: Path, cases: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (make, _) in cases.items():
+        (folder / f"{slug(name)}.ipynb").write_bytes(make())
+    return folder
+
+
+def leftovers() -> list[str]:
+    """Command lines of processes a graded submission may have left running."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if MARKER in command or "aisys-grade-" in command:
+            found.append(command)
+    return found
+
+
+@pytest.fixture(scope="module")
+def adversarial(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("adversarial")
+    course = make_course(folder)
+    start = time.monotonic()
+    rows = grade(submit(folder / "submissions", CASES), course, "01-architecture", workers=2,
+                 timeouts=TIMEOUTS, limits=LIMITS, progress=False)
+    print(f"\ngraded {len(rows)} adversarial submissions in {time.monotonic() - start:.1f} s")
+    return course, {row["student"]: row for row in rows}
+
+
+@needs_sandbox
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_adversarial_submission_gets_the_honest_grade(adversarial, case):
+    course, rows = adversarial
+    expected = CASES[case][1]
+    assert rows[slug(case)]["score"] == expected, rows[slug(case)]
+    exported = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
+    assert float(exported[slug(case)]["score"]) == expected
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_nothing_a_submission_started_survives_grading(adversarial):
+    assert leftovers() == []
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_gradebook_records_seed_sandbox_and_what_went_wrong(adversarial):
+    course, rows = adversarial
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    seed = records.assignment_seed(db, "01-architecture")
+    runs = {s: records.recorded_run(db, "01-architecture", s, "roofline") for s in rows}
+    assert all(run is not None for run in runs.values())
+    assert len({run.seed for run in runs.values()}) == len(runs), "each student gets their own hidden inputs"
+    assert all(int(run.seed) == records.notebook_seed(seed, s, "roofline") for s, run in runs.items())
+    report = json.loads(runs[slug("os._exit mid-notebook")].report)
+    assert "bubblewrap" in report["enforced"]["sandbox"] and "NOT" not in report["enforced"]["processes"]
+    assert any("kernel ended" in note for note in report["notes"])
+    assert any("not a readable notebook" in n for n in json.loads(runs[slug("invalid JSON")].report)["notes"])
+    assert (course / "submitted" / slug("invalid JSON") / "01-architecture" / "roofline.ipynb.received").exists()
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_feedback_never_shows_hidden_checks(adversarial):
+    course, rows = adversarial
+    check_source = (ROOT / "autograder" / "aisys_grader" / "exercises" / "ch01_architecture" / "roofline.py").read_text()
+    secret_lines = [line.strip() for line in check_source.splitlines() if len(line.strip()) > 30]
+    for student in rows:
+        page = (course / "feedback" / student / "01-architecture" / "roofline.html").read_text()
+        assert "hidden=True" not in page and "BEGIN HIDDEN" not in page
+        assert not [line for line in secret_lines if line in page]
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_regrading_redoes_only_what_changed(adversarial, tmp_path):
+    course, rows = adversarial
+    results = sorted((course / "aisys_results").rglob("*.json"))
+    before = {p: p.stat().st_mtime_ns for p in results}
+    submissions = submit(tmp_path / "again", {"honest solution": CASES["honest solution"],
+                                              "wrong solution": CASES["honest solution"]})  # bob fixed his work
+    again = {r["student"]: r for r in grade(submissions, course, "01-architecture", workers=2, timeouts=TIMEOUTS,
+                                            limits=LIMITS, progress=False)}
+    changed = [p for p in results if p.stat().st_mtime_ns != before[p]]
+    assert [p.parent.name for p in changed] == [slug("wrong solution")]
+    assert again[slug("wrong solution")]["score"] == 7 and again[slug("honest solution")]["score"] == 7
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_class_of_30_with_a_crash_a_hang_and_a_malformed_notebook_all_get_grades(tmp_path):
+    cases = class_of(30)
+    course = make_course(tmp_path)
+    start = time.monotonic()
+    rows = {r["student"]: r for r in grade(submit(tmp_path / "class", cases), course, "01-architecture",
+                                           workers=2, timeouts=TIMEOUTS, limits=LIMITS, progress=False)}
+    print(f"\ngraded a class of 30 with 2 workers in {time.monotonic() - start:.1f} s")
+    assert sorted(rows) == sorted(slug(name) for name in cases)
+    for name, (_, expected) in cases.items():
+        assert rows[slug(name)]["score"] == expected, name
+    assert len(list(csv.DictReader((course / "grades.csv").open()))) == 30
+    assert leftovers() == []
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_timed_check_uses_fresh_inputs_so_memoising_does_not_pay(tmp_path):
+    course = tmp_path / "course"
+    notebook = course / "source" / "99-grader" / "timing.ipynb"
+    notebook.parent.mkdir(parents=True)
+    nbformat.write(source_notebook("99-grader/timing", root=FIXTURES), notebook)
+    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
+    slow_sort = ("def sort_values(x):\n    out = []\n    for v in x:  # insertion sort, O(n^2)\n"
+                 "        i = len(out)\n        while i and out[i - 1] > v: i -= 1\n"
+                 "        out.insert(i, v)\n    return np.array(out)\n")
+    memoised = "import functools\n" + slow_sort.replace("def sort_values(x):", "def _slow(x):") + (
+        "_memo = {}\ndef sort_values(x):\n    key = x.tobytes()\n"
+        "    if key not in _memo: _memo[key] = _slow(x)\n    return _memo[key]\n")
+
+    def submission(code):
+        nb = nbformat.read(notebook, as_version=4)
+        next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")).source = code
+        return lambda: nbformat.writes(nb).encode()
+
+    cases = {"fast": (submission("def sort_values(x):\n    return np.sort(x)\n"), 2),
+             "memoising": (submission(memoised), 1), "slow": (submission(slow_sort), 1)}
+    rows = {r["student"]: r for r in grade(submit(tmp_path / "subs", cases), course, "99-grader",
+                                           timeouts=TIMEOUTS, limits=LIMITS, progress=False)}
+    for name, (_, expected) in cases.items():
+        assert rows[name]["score"] == expected, rows[name]
+    report = json.loads(records.recorded_run(f"sqlite:///{course / 'gradebook.db'}", "99-grader", "memoising",
+                                             "timing").report)
+    assert "too slow" in next(c["message"] for c in report["checks"] if c["name"] == "sorts_fast")
+
+
+def test_grading_refuses_without_bubblewrap_unless_asked(monkeypatch):
+    monkeypatch.setenv("AISYS_BWRAP", "/nonexistent/bwrap")
+    with pytest.raises(SandboxUnavailable, match="does not start.*--unsandboxed"):
+        Sandbox.create()
+    unsafe = Sandbox.create(allow_unsandboxed=True)
+    assert not unsafe.sandboxed
+    assert unsafe.enforced()["sandbox"].startswith("NONE")
