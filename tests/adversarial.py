@@ -6,7 +6,6 @@ softmax_cost 1, attainable_flops 1, bound 1). `DANGEROUS` cases would harm the
 machine if graded without a sandbox.
 """
 
-import copy
 import json
 
 import nbformat
@@ -132,15 +131,16 @@ while True:  # every process forks for ever: exponential until the process limit
 
 STEAL = '''
 import glob, os
-stolen = {}
-for pattern in ["/work/**/solutions/**/*.py", "/**/aisys_grader/exercises/**/*.py", "/**/gradebook.db", "/tmp/**/*.json"]:
-    for path in glob.glob(pattern, recursive=True)[:50]:
-        try: stolen[path] = open(path, "rb").read()[:100]
-        except OSError: pass
-try:
+try:  # the course's reference implementation is the answer key
     from aisys.roofline import gemm as _reference_gemm
 except ImportError:
     _reference_gemm = None
+stolen = {}
+for up in range(1, 6):  # nbgrader runs a submission in <course>/autograded/<student>/<assignment>/
+    course = os.path.join(*[".."] * up)
+    for pattern in ["gradebook.db", "source/**/*.ipynb", "release/**/*.ipynb"]:
+        for path in glob.glob(os.path.join(course, pattern), recursive=True):
+            stolen[path] = open(path, "rb").read()[:100]
 '''
 
 WRITE_GRADES = '''
@@ -150,7 +150,7 @@ for up in range(1, 6):  # nbgrader runs a submission in <course>/autograded/<stu
     for path in glob.glob(os.path.join(course, "gradebook.db")):
         try:
             with sqlite3.connect(path) as db:
-                db.execute("UPDATE grade SET auto_score = 100")
+                db.execute("UPDATE grade SET manual_score = 100")  # a manual score overrides the autograder's
         except sqlite3.Error:
             pass
     for path in glob.glob(os.path.join(course, "aisys_results", "**", "*.json"), recursive=True):

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import time
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -175,6 +176,23 @@ def test_timed_check_uses_fresh_inputs_so_memoising_does_not_pay(tmp_path):
     report = json.loads(records.recorded_run(f"sqlite:///{course / 'gradebook.db'}", "99-grader", "memoising",
                                              "timing").report)
     assert "too slow" in next(c["message"] for c in report["checks"] if c["name"] == "sorts_fast")
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_a_zip_in_nbgrader_layout_is_graded_and_an_unsafe_zip_refused(tmp_path):
+    course = make_course(tmp_path)
+    archive = tmp_path / "submissions.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for student, (make, _) in (("ada", CASES["honest solution"]), ("bob", CASES["wrong solution"])):
+            zipped.writestr(f"submitted/{student}/01-architecture/roofline.ipynb", make())
+    rows = {r["student"]: r["score"] for r in grade(archive, course, "01-architecture", timeouts=TIMEOUTS,
+                                                    limits=LIMITS, progress=False)}
+    assert rows == {"ada": 7, "bob": 0}
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zipped:
+        zipped.writestr("../../escaped.ipynb", b"{}")
+    with pytest.raises(ValueError, match="unsafe path"):
+        grade(tmp_path / "evil.zip", course, "01-architecture", progress=False)
 
 
 def test_grading_refuses_without_bubblewrap_unless_asked(monkeypatch):

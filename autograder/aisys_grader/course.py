@@ -54,8 +54,8 @@ def _extract(archive: Path, into: Path) -> Path:
 
 
 def collect(folder: Path, assignment: str, notebooks: list[str]) -> list[Submission]:
-    """Submissions in `folder`: nbgrader's layout if present, else one notebook per student."""
-    nested = sorted(folder.glob(f"*/{assignment}/*.ipynb"))
+    """Submissions in `folder`: nbgrader's layout if present (at any depth), else one notebook per student."""
+    nested = sorted(p for p in folder.rglob("*.ipynb") if p.parent.name == assignment)
     if nested:
         return [Submission(p.parent.parent.name, p.stem, p) for p in nested if p.stem in notebooks]
     if len(notebooks) != 1:

@@ -143,7 +143,6 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                     continue
                 if time.monotonic() > deadline and kernel.alive():
                     kernel.kill(f"the notebook ran past its {timeouts.notebook:g} s limit")
-                    notes.append(kernel.death)
                 name = _meta(cell).get("grade_id") if _meta(cell).get("grade") else None
                 if name in checks:
                     outcomes[name] = _run_check(checks[name], student, kernel, seed)
@@ -156,14 +155,15 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                         cell.outputs.append(_failed("this cell ran past its time limit and was interrupted")[0])
                     if done.status in ("error", "timeout") and kernel.alive():
                         kernel.forget_last_error()
-                    if not kernel.alive():
-                        notes.append(f"{kernel.death}, in a cell; the checks after it score 0")
-            enforced = sandbox.enforced(kernel.cgroups)
+                if kernel.death and kernel.death not in notes:
+                    notes.append(kernel.death)  # the checks after this point score 0
+            enforced = sandbox.enforced(kernel.cgroups, kernel.uid)
     except KernelDied as error:
         notes.append(f"the notebook's kernel could not run: {error}")
         enforced = sandbox.enforced()
     for name, check in checks.items():  # checks never reached: the kernel died or did not start
-        outcomes.setdefault(name, CheckOutcome(name, check.points, False, "not graded: " + (notes[-1] if notes else "")))
+        outcomes.setdefault(name, CheckOutcome(name, check.points, False,
+                                               f"not graded: {notes[-1] if notes else 'its cell was not run'}"))
     return NotebookGrade(exercise, seed, outcomes, program, notes, enforced, time.monotonic() - start)
 
 

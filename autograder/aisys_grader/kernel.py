@@ -7,6 +7,7 @@ kernel sends is untrusted: the grader reads only replies to its own requests,
 caps their size, and re-checks every value.
 """
 
+import json
 import os
 import secrets
 import shutil
@@ -57,6 +58,9 @@ class SandboxedKernel:
         self.process: subprocess.Popen | None = None
         self.client: BlockingKernelClient | None = None
         self.death: str | None = None  # why the kernel is gone, once it is
+        self.cgroups: Cgroups | None = None
+        self.uid: int | None = None
+        self.pid_namespace: str | None = None
 
     def __enter__(self):
         self.root = Path(tempfile.mkdtemp(prefix="aisys-grade-"))
@@ -69,6 +73,12 @@ class SandboxedKernel:
         shutil.copy(PACKAGE / "plain.py", shim / "plain.py")
         _copy_aisys(shim.parent / "aisys", self.hidden_modules)
         self.cgroups = Cgroups(self.sandbox.limits) if self.sandbox.sandboxed else None
+        self.uid = self.sandbox.job_uid(self.cgroups)
+        if self.uid is not None:  # the job runs as this user: it owns the job folder, and only that
+            self.cgroups = None  # (it could not join root's cgroups)
+            os.chmod(self.root, 0o711)
+            for folder in (self.job, self.job / "home"):
+                os.chown(folder, self.uid, self.uid)
         try:
             self._start(shim.parent)
         except BaseException:
@@ -80,7 +90,8 @@ class SandboxedKernel:
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(self.job / "home"),
-            "PYTHONPATH": str(shim),  # the shim's aisys_grader comes before the real one
+            # the shim's aisys_grader and aisys come first; then any package folders outside the installation
+            "PYTHONPATH": os.pathsep.join(map(str, [shim, *Sandbox.extra_python_paths()])),
             "PYTHONDONTWRITEBYTECODE": "1",
             "MPLBACKEND": "Agg",
             "MPLCONFIGDIR": "/tmp/matplotlib",
@@ -95,14 +106,27 @@ class SandboxedKernel:
         connection = self.job / "kernel.json"
         write_connection_file(str(connection), transport="ipc", ip=str(self.job / "zmq"),
                               key=secrets.token_hex(32).encode())
+        if self.uid is not None:
+            os.chown(connection, self.uid, self.uid)
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(connection), "--HistoryManager.enabled=False"]
         env = self._environment(shim)
-        command = self.sandbox.command(self.job, argv, shim, env)
         self.log = open(self.root / "kernel.log", "wb")
-        self.process = subprocess.Popen(
-            command, cwd=self.job, env=env if not self.sandbox.sandboxed else {"PATH": "/usr/bin:/bin"},
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-            preexec_fn=self.sandbox.preexec(self.cgroups) if self.sandbox.sandboxed else _own_session)
+        if not self.sandbox.sandboxed:
+            self.process = subprocess.Popen(argv, cwd=self.job, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        else:
+            info_read, info_write = os.pipe()  # bubblewrap reports the sandbox's first process here
+            try:
+                self.process = subprocess.Popen(
+                    self.sandbox.command(self.job, argv, shim, env, info_write), cwd=self.job,
+                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=self.log,
+                    stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(info_write,),
+                    user=self.uid, group=self.uid, extra_groups=[] if self.uid is not None else None,
+                    preexec_fn=self.sandbox.preexec(self.cgroups))
+            finally:
+                os.close(info_write)
+            with os.fdopen(info_read) as info:
+                self.pid_namespace = _pid_namespace(info.read())
         self.client = BlockingKernelClient(connection_file=str(connection))
         self.client.load_connection_file()
         self.client.start_channels()
@@ -181,7 +205,7 @@ class SandboxedKernel:
         return False
 
     def kill(self, why: str) -> None:
-        """End the sandbox and every process in it."""
+        """End the sandbox and every process in it, and wait until they are gone."""
         self.death = self.death or f"the kernel was stopped: {why}"
         if self.process is not None and self.process.poll() is None:
             try:
@@ -189,12 +213,18 @@ class SandboxedKernel:
             except ProcessLookupError:
                 pass
             self.process.wait()
-        for directory in (self.cgroups.dirs.values() if self.cgroups else ()):
-            for pid in (directory / "cgroup.procs").read_text().split():  # stragglers, if any
+        # The sandbox's PID namespace dies with its first process, but its members go asynchronously.
+        deadline = time.monotonic() + 10
+        while self.pid_namespace and time.monotonic() < deadline:
+            members = _processes_in(self.pid_namespace)
+            if not members:
+                break
+            for pid in members:
                 try:
-                    os.kill(int(pid), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            time.sleep(0.02)
 
     def __exit__(self, *exc):
         if self.client is not None:
@@ -209,6 +239,26 @@ class SandboxedKernel:
         return False
 
 
+def _pid_namespace(info: str) -> str | None:
+    """The PID namespace of the sandbox, from bubblewrap's info JSON ({"child-pid": N, ...})."""
+    try:
+        return os.readlink(f"/proc/{json.loads(info)['child-pid']}/ns/pid")
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def _processes_in(namespace: str) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/pid") == namespace:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
 def _copy_aisys(target: Path, hidden_modules: set[str]) -> None:
     """aisys without `hidden_modules` (dotted names): the references a student could otherwise just call."""
     source = Path(aisys.__file__).resolve().parent
@@ -219,10 +269,6 @@ def _copy_aisys(target: Path, hidden_modules: set[str]) -> None:
                 or Path(folder, n) in hidden]
 
     shutil.copytree(source, target, ignore=ignore)
-
-
-def _own_session():
-    os.setsid()
 
 
 class KernelStudent:

@@ -8,8 +8,9 @@ What is enforced, and how:
   the exercise's checks use as reference. solutions/, the hidden checks, the gradebook
   and other students' files are simply not there;
 - limits on address space, CPU seconds, file size and core dumps (rlimits), and on the
-  number of processes: RLIMIT_NPROC, which the kernel counts per user namespace, or,
-  when grading as root (whom RLIMIT_NPROC does not bind), a pids cgroup;
+  number of processes: RLIMIT_NPROC, which Linux counts per user. It does not bind
+  root, so a grader running as root puts each job in a pids cgroup where it can make
+  one, and otherwise runs the job as an unprivileged user of its own;
 - a wall-clock kill, per cell and per notebook, by the engine (see kernel.py).
 `Sandbox.enforced()` says which of these hold on this machine; every grade report carries it.
 """
@@ -19,9 +20,12 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import aisys
 
 GIB = 2**30
 
@@ -149,16 +153,29 @@ class Sandbox:
             return f"bubblewrap ({self.bwrap}) cannot create namespaces: {probe.stderr.decode(errors='replace').strip()}"
         return None
 
-    def _python_paths(self) -> list[Path]:
-        """What the kernel needs to read: the Python installation and the environment (aisys comes in the shim)."""
-        return sorted({Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()})
+    @staticmethod
+    def extra_python_paths() -> list[Path]:
+        """PYTHONPATH folders the kernel needs too (packages unpacked outside the environment), never one
+        that holds this course's code: an ancestor of aisys or aisys_grader would expose the checks."""
+        course_code = [Path(aisys.__file__).resolve().parent, Path(__file__).resolve().parent,
+                       Path(tempfile.gettempdir()).resolve() / "aisys-grade-"]  # other students' jobs
+        paths = []
+        for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            path = Path(entry).resolve() if entry else None
+            if path is not None and path.is_dir() and not any(code.is_relative_to(path) for code in course_code):
+                paths.append(path)
+        return list(dict.fromkeys(paths))
 
-    def command(self, job: Path, argv: list[str], shim: Path, env: dict[str, str]) -> list[str]:
+    def _python_paths(self) -> list[Path]:
+        """What the kernel needs to read: the Python installation, the environment and extra package folders
+        (aisys comes in the shim, filtered)."""
+        return sorted({Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), *self.extra_python_paths()})
+
+    def command(self, job: Path, argv: list[str], shim: Path, env: dict[str, str], info_fd: int) -> list[str]:
         """argv wrapped in bubblewrap: `job` is the only writable place; `shim` (first on sys.path) holds
-        the kernel's aisys_grader and the part of aisys the exercise allows."""
-        if not self.sandboxed:
-            return argv
-        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+        the kernel's aisys_grader and the part of aisys the exercise allows. bubblewrap writes the
+        sandbox's first process id to `info_fd`."""
+        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--info-fd", str(info_fd),
                 "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
         for top in ("bin", "lib", "lib32", "lib64", "sbin"):
             path = Path("/") / top
@@ -179,13 +196,26 @@ class Sandbox:
             args += ["--setenv", key, value]
         return args + ["--", *argv]
 
-    def preexec(self, cgroups: Cgroups):
+    def job_uid(self, cgroups: Cgroups | None) -> int | None:
+        """The unprivileged user a job runs as when grading as root without a pids cgroup, or None.
+
+        Only where that user can read the Python installation (not one under /root, say)."""
+        if not self.sandboxed or os.geteuid() != 0 or (cgroups is not None and cgroups.has("pids")):
+            return None
+        needed = [Path(sys.executable).resolve(), *self._python_paths(), Path(self.bwrap).resolve()]
+        for path in needed:
+            for folder in [path, *path.parents]:
+                if folder.is_dir() and not folder.stat().st_mode & 0o001:
+                    return None
+        return 60000 + os.getpid() % 5000  # one per grading process: jobs running at once do not share a count
+
+    def preexec(self, cgroups: Cgroups | None):
         """The function Popen runs in the child before exec: join the cgroups, set the rlimits."""
         limits = self.limits
 
         def apply():
-            os.setsid()
-            cgroups.join()
+            if cgroups is not None:
+                cgroups.join()
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
             resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size, limits.file_size))
@@ -195,7 +225,7 @@ class Sandbox:
 
         return apply
 
-    def enforced(self, cgroups: Cgroups | None = None) -> dict[str, str]:
+    def enforced(self, cgroups: Cgroups | None = None, uid: int | None = None) -> dict[str, str]:
         """What is enforced on this machine, in words, for the grade report."""
         if not self.sandboxed:
             return {"sandbox": "NONE: graded without a sandbox at the instructor's request; "
@@ -206,8 +236,10 @@ class Sandbox:
         return {
             "sandbox": "bubblewrap: own PID, network, IPC and user namespaces; read-only system; private /tmp",
             "processes": (f"at most {self.limits.processes} (pids cgroup)" if has_pids
-                          else "NOT limited: grading as root without a writable pids cgroup" if root
-                          else f"at most {self.limits.processes} (RLIMIT_NPROC in the sandbox's user namespace)"),
+                          else f"at most {self.limits.processes} (RLIMIT_NPROC, as unprivileged uid {uid})" if uid
+                          else "NOT limited: grading as root, with no pids cgroup and no unprivileged user "
+                               "able to read the Python installation" if root
+                          else f"at most {self.limits.processes} (RLIMIT_NPROC)"),
             "memory": ("; ".join(filter(None, [
                 f"{self.limits.memory / GIB:g} GiB (memory cgroup)" if has_memory else "",
                 f"{self.limits.address_space / GIB:g} GiB address space per process" if self.limits.address_space else "",
