@@ -6,12 +6,11 @@ crashing, one hanging, one malformed), the engine with 2 workers and the sandbox
 Cases that would harm the machine under plain nbgrader (no memory or process limits)
 are not run there and count as wrong. Run from the repository root:
 
-    .venv/bin/python tests/benchmark_grading.py
+    .venv/bin/python tests/benchmark_grading.py [cases] [timing]
 """
 
 import csv
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -23,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import json  # noqa: E402
 
-from adversarial import CASES, class_of  # noqa: E402
+from adversarial import CASES, MARKER, class_of  # noqa: E402
 from aisys_grader.course import grade  # noqa: E402
-from test_grading import LIMITS, TIMEOUTS, leftovers, make_course, slug, submit  # noqa: E402
+from processes import leftovers  # noqa: E402
+from test_grading import LIMITS, TIMEOUTS, make_course, slug, submit  # noqa: E402
 
 PLAIN_CONFIG = f"""c = get_config()
 c.CourseDirectory.course_id = "aisys"
@@ -55,55 +55,63 @@ def plain_nbgrader(folder: Path, cases: dict) -> tuple[dict[str, float], float]:
 
 
 def kill_leftovers() -> bool:
-    found = leftovers()
+    found = leftovers(MARKER, "aisys-grade-")
     subprocess.run(["pkill", "-9", "-f", "aisys-adversarial-marker"], capture_output=True)
     return bool(found)
 
 
-def main() -> None:
+def main(parts: set[str]) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        engine = {r["student"]: r["score"] for r in grade(submit(scratch / "subs", CASES), make_course(scratch / "e"),
-                                                          "01-architecture", timeouts=TIMEOUTS, limits=LIMITS,
-                                                          progress=False)}
-        engine_left = kill_leftovers()
-        plain = {}
-        for i, (name, case) in enumerate(CASES.items()):
-            if name in HARMFUL_WITHOUT_SANDBOX:
-                plain[name] = None
-                continue
-            scores, _ = plain_nbgrader(scratch / f"plain{i}", {name: case})
-            plain[name] = scores.get(slug(name))
-            if kill_leftovers():
-                plain[name] = f"{plain[name]} (left a process running)"
+        if "cases" in parts:
+            adversarial_table(scratch)
+        if "timing" in parts:
+            timing_table(scratch)
 
-        print("| case | honest score | this engine | plain nbgrader |\n|---|--:|--:|--:|")
-        right = {"engine": 0, "plain": 0}
-        for name, (_, expected) in CASES.items():
-            mine, theirs = engine.get(slug(name)), plain[name]
-            right["engine"] += mine == expected
-            right["plain"] += theirs == expected
-            shown = "not run: no limits" if theirs is None else theirs
-            print(f"| {name} | {expected:g} | {mine:g} | {shown} |")
-        print(f"\nright: this engine {right['engine']}/{len(CASES)}, plain nbgrader {right['plain']}/{len(CASES)}"
-              + (" (the engine left processes running!)" if engine_left else ""))
 
-        cases = class_of(30)
-        course = make_course(scratch / "class")
-        start = time.monotonic()
-        grade(submit(scratch / "class-subs", cases), course, "01-architecture", workers=2, timeouts=TIMEOUTS,
-              limits=LIMITS, progress=False)
-        engine_seconds = time.monotonic() - start
-        per_notebook = [json.loads(p.read_text())["seconds"] for p in (course / "aisys_results").rglob("*.json")]
-        honest = {k: v for k, v in cases.items() if k not in ("crashing", "hanging", "malformed")}
-        _, plain_seconds = plain_nbgrader(scratch / "plain-class", cases)
-        _, plain_honest_seconds = plain_nbgrader(scratch / "plain-honest", dict(list(honest.items())[:10]))
-        print("\n| 30 submissions | total (s) | per notebook (s) |\n|---|--:|--:|")
-        print(f"| this engine, sandbox on, 2 workers | {engine_seconds:.1f} | median {statistics.median(per_notebook):.2f} |")
-        print(f"| plain nbgrader autograde (one process) | {plain_seconds:.1f} | mean {plain_seconds / 30:.2f} |")
-        print(f"| plain nbgrader, 10 well-behaved notebooks | {plain_honest_seconds:.1f} | mean {plain_honest_seconds / 10:.2f} |")
-        shutil.rmtree(scratch, ignore_errors=True)
+def adversarial_table(scratch: Path) -> None:
+    engine = {r["student"]: r["score"] for r in grade(submit(scratch / "subs", CASES), make_course(scratch / "e"),
+                                                      "01-architecture", timeouts=TIMEOUTS, limits=LIMITS,
+                                                      progress=False)}
+    engine_left = kill_leftovers()
+    plain = {}
+    for i, (name, case) in enumerate(CASES.items()):
+        if name in HARMFUL_WITHOUT_SANDBOX:
+            plain[name] = None
+            continue
+        scores, _ = plain_nbgrader(scratch / f"plain{i}", {name: case})
+        plain[name] = scores.get(slug(name))
+        if kill_leftovers():
+            plain[name] = f"{plain[name]} (left a process running)"
+
+    print("| case | honest score | this engine | plain nbgrader |\n|---|--:|--:|--:|")
+    right = {"engine": 0, "plain": 0}
+    for name, (_, expected) in CASES.items():
+        mine, theirs = engine.get(slug(name)), plain[name]
+        right["engine"] += mine == expected
+        right["plain"] += theirs == expected
+        shown = "not run: no limits" if theirs is None else theirs
+        print(f"| {name} | {expected:g} | {mine:g} | {shown} |")
+    print(f"\nright: this engine {right['engine']}/{len(CASES)}, plain nbgrader {right['plain']}/{len(CASES)}"
+          + (" (the engine left processes running!)" if engine_left else ""))
+
+
+def timing_table(scratch: Path) -> None:
+    cases = class_of(30)
+    course = make_course(scratch / "class")
+    start = time.monotonic()
+    grade(submit(scratch / "class-subs", cases), course, "01-architecture", workers=2, timeouts=TIMEOUTS,
+          limits=LIMITS, progress=False)
+    engine_seconds = time.monotonic() - start
+    per_notebook = [json.loads(p.read_text())["seconds"] for p in (course / "aisys_results").rglob("*.json")]
+    honest = {k: v for k, v in cases.items() if k not in ("crashing", "hanging", "malformed")}
+    _, plain_seconds = plain_nbgrader(scratch / "plain-class", cases)
+    _, plain_honest_seconds = plain_nbgrader(scratch / "plain-honest", dict(list(honest.items())[:10]))
+    print("\n| 30 submissions | total (s) | per notebook (s) |\n|---|--:|--:|")
+    print(f"| this engine, sandbox on, 2 workers | {engine_seconds:.1f} | median {statistics.median(per_notebook):.2f} |")
+    print(f"| plain nbgrader autograde (one process) | {plain_seconds:.1f} | mean {plain_seconds / 30:.2f} |")
+    print(f"| plain nbgrader, 10 well-behaved notebooks | {plain_honest_seconds:.1f} | mean {plain_honest_seconds / 10:.2f} |")
 
 
 if __name__ == "__main__":
-    main()
+    main(set(sys.argv[1:]) or {"cases", "timing"})

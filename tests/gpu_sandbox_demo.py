@@ -7,7 +7,6 @@ after which nothing of the submission may be left running.
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import nbformat  # noqa: E402
 import conftest  # noqa: E402,F401  (registers the grader's test exercises)
 from aisys_grader.engine import Timeouts, grade_notebook  # noqa: E402
 from aisys_grader.sandbox import Sandbox  # noqa: E402
+from processes import leftovers  # noqa: E402
 
 SETUP = "import numpy as np\nimport torch\nfrom aisys_grader import checker\ncheck = checker('99-grader/timing', globals())"
 ANSWER = ("def sort_values(x):\n"
@@ -50,19 +50,6 @@ def notebook(answer):
     ])
 
 
-def leftovers() -> list[str]:
-    """Processes the submission started that are still alive: their command lines."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if ("aisys-demo-marker" in command or "aisys-grade-" in command) and int(proc.name) != os.getpid():
-            found.append(f"{proc.name}: {command[:120]}")
-    return found
-
-
 if __name__ == "__main__":
     sandbox = Sandbox.create()
     grade = grade_notebook("99-grader/timing", notebook("raise NotImplementedError()"), notebook(ANSWER),
@@ -71,7 +58,7 @@ if __name__ == "__main__":
     print("".join(o.get("text", "") for o in probe.outputs) or probe.outputs)
     bomb = next(c for c in grade.notebook.cells if c.source == BOMB)
     print("fork bomb cell:", [o.get("evalue", o.get("text", "")) for o in bomb.outputs])
-    print("processes of the submission alive after grading:", leftovers())
+    print("processes of the submission alive after grading:", leftovers("aisys-demo-marker", "aisys-grade-"))
     print(json.dumps({"score": grade.score, "max_score": grade.max_score, "seconds": round(grade.seconds, 2),
                       "checks": {n: c.message or "passed" for n, c in grade.checks.items()},
                       "notes": grade.notes, "sandbox": grade.enforced}, indent=1))

@@ -1,10 +1,12 @@
 """The grading engine end to end: adversarial submissions, a class of 30, idempotence, timing, no sandbox."""
 
+import contextlib
 import csv
 import json
 import os
 import re
 import shutil
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -20,6 +22,7 @@ from aisys_grader.generate import source_notebook
 from aisys_grader.sandbox import GIB, Limits, Sandbox, SandboxUnavailable
 from conftest import FIXTURES
 from notebooks import ROOT
+from processes import leftovers
 
 PROBLEM = Sandbox().problem()
 needs_sandbox = pytest.mark.skipif(PROBLEM is not None and os.environ.get("AISYS_REQUIRE_SANDBOX") != "1",
@@ -30,6 +33,15 @@ LIMITS = Limits(address_space=2 * GIB, memory=4 * GIB, processes=64, cpu_seconds
 
 def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+@contextlib.contextmanager
+def jobs_in(folder: Path):
+    """Grading jobs' folders under `folder`, so that the processes of exactly these jobs can be found."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(folder))
+        yield str(folder)
 
 
 def make_course(folder: Path, assignment: str = "01-architecture") -> Path:
@@ -46,35 +58,23 @@ def submit(folder: Path, cases: dict) -> Path:
     return folder
 
 
-def leftovers() -> list[str]:
-    """Command lines of processes a graded submission may have left running."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if MARKER in command or "aisys-grade-" in command:
-            found.append(command)
-    return found
-
-
 @pytest.fixture(scope="module")
 def adversarial(tmp_path_factory):
     folder = tmp_path_factory.mktemp("adversarial")
     course = make_course(folder)
     start = time.monotonic()
-    rows = grade(submit(folder / "submissions", CASES), course, "01-architecture", workers=2,
-                 timeouts=TIMEOUTS, limits=LIMITS, progress=False)
+    with jobs_in(folder / "jobs") as jobs:
+        rows = grade(submit(folder / "submissions", CASES), course, "01-architecture", workers=2,
+                     timeouts=TIMEOUTS, limits=LIMITS, progress=False)
     print(f"\ngraded {len(rows)} adversarial submissions in {time.monotonic() - start:.1f} s")
-    return course, {row["student"]: row for row in rows}
+    return course, {row["student"]: row for row in rows}, jobs
 
 
 @needs_sandbox
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_adversarial_submission_gets_the_honest_grade(adversarial, case):
-    course, rows = adversarial
+    course, rows, _ = adversarial
     expected = CASES[case][1]
     assert rows[slug(case)]["score"] == expected, rows[slug(case)]
     exported = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
@@ -84,13 +84,13 @@ def test_adversarial_submission_gets_the_honest_grade(adversarial, case):
 @needs_sandbox
 @pytest.mark.slow
 def test_nothing_a_submission_started_survives_grading(adversarial):
-    assert leftovers() == []
+    assert leftovers(MARKER, adversarial[2]) == []
 
 
 @needs_sandbox
 @pytest.mark.slow
 def test_gradebook_records_seed_sandbox_and_what_went_wrong(adversarial):
-    course, rows = adversarial
+    course, rows, _ = adversarial
     db = f"sqlite:///{course / 'gradebook.db'}"
     seed = records.assignment_seed(db, "01-architecture")
     runs = {s: records.recorded_run(db, "01-architecture", s, "roofline") for s in rows}
@@ -107,7 +107,7 @@ def test_gradebook_records_seed_sandbox_and_what_went_wrong(adversarial):
 @needs_sandbox
 @pytest.mark.slow
 def test_feedback_never_shows_hidden_checks(adversarial):
-    course, rows = adversarial
+    course, rows, _ = adversarial
     check_source = (ROOT / "autograder" / "aisys_grader" / "exercises" / "ch01_architecture" / "roofline.py").read_text()
     secret_lines = [line.strip() for line in check_source.splitlines() if len(line.strip()) > 30]
     for student in rows:
@@ -119,7 +119,7 @@ def test_feedback_never_shows_hidden_checks(adversarial):
 @needs_sandbox
 @pytest.mark.slow
 def test_regrading_redoes_only_what_changed(adversarial, tmp_path):
-    course, rows = adversarial
+    course, rows, _ = adversarial
     results = sorted((course / "aisys_results").rglob("*.json"))
     before = {p: p.stat().st_mtime_ns for p in results}
     submissions = submit(tmp_path / "again", {"honest solution": CASES["honest solution"],
@@ -133,18 +133,48 @@ def test_regrading_redoes_only_what_changed(adversarial, tmp_path):
 
 @needs_sandbox
 @pytest.mark.slow
+def test_an_interrupted_run_loses_nothing_and_the_next_one_finishes(tmp_path, monkeypatch):
+    import aisys_grader.course as course_module
+
+    course = make_course(tmp_path)
+    cases = {name: CASES["honest solution"] for name in ("ann", "ben", "cat")}
+    submissions = submit(tmp_path / "subs", cases)
+    real = course_module.grade_submission
+
+    def interrupted(course_dir, assignment, student, *args, **kwargs):
+        if student == "cat":
+            raise KeyboardInterrupt  # Ctrl-C, or the machine going down, mid-run
+        return real(course_dir, assignment, student, *args, **kwargs)
+
+    monkeypatch.setattr(course_module, "grade_submission", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        grade(submissions, course, "01-architecture", workers=1, timeouts=TIMEOUTS, limits=LIMITS, progress=False)
+    saved = {p.parent.name: p.stat().st_mtime_ns for p in (course / "aisys_results").rglob("*.json")}
+    assert set(saved) == {"ann", "ben"}
+
+    monkeypatch.setattr(course_module, "grade_submission", real)
+    rows = {r["student"]: r["score"] for r in grade(submissions, course, "01-architecture", timeouts=TIMEOUTS,
+                                                    limits=LIMITS, progress=False)}
+    assert rows == {"ann": 7, "ben": 7, "cat": 7}
+    assert all((course / "aisys_results" / "01-architecture" / s / "roofline.json").stat().st_mtime_ns == t
+               for s, t in saved.items()), "finished work was graded again"
+
+
+@needs_sandbox
+@pytest.mark.slow
 def test_class_of_30_with_a_crash_a_hang_and_a_malformed_notebook_all_get_grades(tmp_path):
     cases = class_of(30)
     course = make_course(tmp_path)
     start = time.monotonic()
-    rows = {r["student"]: r for r in grade(submit(tmp_path / "class", cases), course, "01-architecture",
-                                           workers=2, timeouts=TIMEOUTS, limits=LIMITS, progress=False)}
+    with jobs_in(tmp_path / "jobs") as jobs:
+        rows = {r["student"]: r for r in grade(submit(tmp_path / "class", cases), course, "01-architecture",
+                                               workers=2, timeouts=TIMEOUTS, limits=LIMITS, progress=False)}
     print(f"\ngraded a class of 30 with 2 workers in {time.monotonic() - start:.1f} s")
     assert sorted(rows) == sorted(slug(name) for name in cases)
     for name, (_, expected) in cases.items():
         assert rows[slug(name)]["score"] == expected, name
     assert len(list(csv.DictReader((course / "grades.csv").open()))) == 30
-    assert leftovers() == []
+    assert leftovers(jobs) == []
 
 
 @needs_sandbox

@@ -248,12 +248,15 @@ def _pid_namespace(info: str) -> str | None:
 
 
 def _processes_in(namespace: str) -> list[int]:
+    """Live processes of a PID namespace; zombies are dead already and wait only for their reaper."""
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 if os.readlink(f"/proc/{entry.name}/ns/pid") == namespace:
-                    pids.append(int(entry.name))
+                    with open(f"/proc/{entry.name}/stat") as stat:
+                        if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            pids.append(int(entry.name))
             except OSError:
                 pass
     return pids

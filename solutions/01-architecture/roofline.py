@@ -23,9 +23,9 @@
 # once, as a kernel that keeps its working set on chip would. A multiply-add is **two**
 # FLOPs, as in every datasheet.
 #
-# Fill in each function between the lines the notebook marks, then run the check cell
-# below it. The checks you see use a few fixed cases; when your work is graded, hidden
-# checks run the same functions on many more shapes and number formats.
+# In each function, replace `raise NotImplementedError()` with your code, then run the
+# check cell below it. The checks you see use a few fixed cases; when your work is graded,
+# hidden checks run the same functions on many more shapes and number formats.
 
 # %%
 from aisys_grader import checker
