@@ -9,6 +9,7 @@ feedback and export keep working, and only the grader's process ever writes.
 """
 
 import hashlib
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -18,6 +19,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer, Unicode
 
 from . import records
+from .checks import module_name
 from .engine import NotebookGrade, Timeouts, grade_notebook
 from .sandbox import Sandbox
 
@@ -30,6 +32,10 @@ def sha256(path: Path) -> str:
 
 def result_path(course: Path, assignment: str, student: str, notebook: str) -> Path:
     return Path(course) / "aisys_results" / assignment / student / f"{notebook}.json"
+
+
+def submitted_path(course: Path, assignment: str, student: str, notebook: str) -> Path:
+    return Path(course) / "submitted" / student / assignment / f"{notebook}.ipynb"
 
 
 def handout(course: Path, assignment: str, notebook: str) -> nbformat.NotebookNode:
@@ -52,12 +58,11 @@ def read_submission(path: Path) -> nbformat.NotebookNode | None:
 def grade_submission(course: Path, assignment: str, student: str, notebook: str, *, assignment_seed: int,
                      sandbox: Sandbox, timeouts: Timeouts = Timeouts()) -> dict:
     """Grade submitted/<student>/<assignment>/<notebook>.ipynb and save the result where replay finds it."""
-    course = Path(course)
-    submitted = course / "submitted" / student / assignment / f"{notebook}.ipynb"
+    submitted = submitted_path(course, assignment, student, notebook)
     seed = records.notebook_seed(assignment_seed, student, notebook)
     grade = grade_notebook(f"{assignment}/{notebook}", handout(course, assignment, notebook),
                            read_submission(submitted), seed=seed, sandbox=sandbox, timeouts=timeouts)
-    result = _as_result(grade, key=_key(submitted, course, assignment, notebook, seed))
+    result = _as_result(grade, key=_key(course, assignment, student, notebook, seed))
     path = result_path(course, assignment, student, notebook)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -66,9 +71,13 @@ def grade_submission(course: Path, assignment: str, student: str, notebook: str,
     return result
 
 
-def _key(submitted: Path, course: Path, assignment: str, notebook: str, seed: int) -> str:
-    source = course / "source" / assignment / f"{notebook}.ipynb"
-    return hashlib.sha256(f"{ENGINE_VERSION}/{sha256(submitted)}/{sha256(source)}/{seed}".encode()).hexdigest()
+def _key(course: Path, assignment: str, student: str, notebook: str, seed: int) -> str:
+    """What a result depends on: the engine, the submitted file, the handout, the checks and the seed."""
+    parts = [ENGINE_VERSION, str(seed)] + [sha256(p) for p in (
+        submitted_path(course, assignment, student, notebook),
+        Path(course) / "release" / assignment / f"{notebook}.ipynb",
+        Path(importlib.util.find_spec(module_name(f"{assignment}/{notebook}")).origin))]
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()
 
 
 def _as_result(grade: NotebookGrade, key: str) -> dict:
@@ -84,15 +93,14 @@ def _as_result(grade: NotebookGrade, key: str) -> dict:
 def cached_result(course: Path, assignment: str, student: str, notebook: str, assignment_seed: int) -> dict | None:
     """The saved result for exactly the submitted file, source and seed, or None."""
     path = result_path(course, assignment, student, notebook)
-    submitted = Path(course) / "submitted" / student / assignment / f"{notebook}.ipynb"
-    if not path.exists() or not submitted.exists():
+    if not path.exists() or not submitted_path(course, assignment, student, notebook).exists():
         return None
     try:
         result = json.loads(path.read_text())
     except ValueError:
         return None
     seed = records.notebook_seed(assignment_seed, student, notebook)
-    return result if result.get("key") == _key(submitted, Path(course), assignment, notebook, seed) else None
+    return result if result.get("key") == _key(course, assignment, student, notebook, seed) else None
 
 
 class SandboxedExecute(NbGraderPreprocessor):
@@ -114,7 +122,7 @@ class SandboxedExecute(NbGraderPreprocessor):
             sandbox = Sandbox.create(allow_unsandboxed=self.allow_unsandboxed)
             result = grade_submission(course, assignment, student, notebook, assignment_seed=assignment_seed,
                                       sandbox=sandbox)
-        result["submission_sha256"] = sha256(course / "submitted" / student / assignment / f"{notebook}.ipynb")
+        result["submission_sha256"] = sha256(submitted_path(course, assignment, student, notebook))
         records.record_run(db_url, assignment, student, notebook, result)
         for note in result["notes"]:
             self.log.warning("%s/%s/%s: %s", student, assignment, notebook, note)

@@ -29,7 +29,7 @@ from sqlalchemy.exc import SAWarning
 from tqdm import tqdm
 
 from . import records
-from .autograde import cached_result, grade_submission, handout, read_submission, sha256
+from .autograde import cached_result, grade_submission, handout, read_submission, sha256, submitted_path
 from .engine import Timeouts
 from .generate import nbgrader_config
 from .sandbox import Limits, Sandbox
@@ -70,12 +70,11 @@ def collect(folder: Path, assignment: str, notebooks: list[str]) -> list[Submiss
 
 def _receive(course: Path, assignment: str, submission: Submission) -> None:
     """Put a submission into submitted/, unchanged if it is a notebook; else keep it and grade the blank."""
-    folder = course / "submitted" / submission.student / assignment
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{submission.notebook}.ipynb"
+    target = submitted_path(course, assignment, submission.student, submission.notebook)
+    target.parent.mkdir(parents=True, exist_ok=True)
     data = submission.path.read_bytes()
     if read_submission(submission.path) is None:
-        (folder / f"{submission.notebook}.ipynb.received").write_bytes(data)
+        target.with_suffix(".ipynb.received").write_bytes(data)
         blank = handout(course, assignment, submission.notebook)
         blank.metadata["aisys"] = {"note": "the submitted file was not a readable notebook; graded as the blank"}
         data = nbformat.writes(blank).encode()
@@ -156,7 +155,7 @@ def _needs_writing(db_url: str, course: Path, assignment: str, student: str, not
     if force:
         return True
     for notebook in notebooks:
-        submitted = course / "submitted" / student / assignment / f"{notebook}.ipynb"
+        submitted = submitted_path(course, assignment, student, notebook)
         row = records.recorded_run(db_url, assignment, student, notebook)
         if submitted.exists() and (row is None or row.submission_sha256 != sha256(submitted)):
             return True

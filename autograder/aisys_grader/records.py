@@ -6,6 +6,7 @@ graded notebook: which submission (by hash), which seed, the score, what the san
 enforced and anything that went wrong. Only the grader's process writes here.
 """
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -29,25 +30,29 @@ RUNS = sa.Table("aisys_runs", METADATA,
                 sa.Column("graded_at", sa.DateTime, nullable=False))
 
 
-def _engine(db_url: str):
+@contextlib.contextmanager
+def _database(db_url: str):
+    """A transaction on the gradebook database, with this module's tables created if missing."""
     engine = sa.create_engine(db_url)
-    METADATA.create_all(engine)
-    return engine
+    try:
+        METADATA.create_all(engine)
+        with engine.begin() as db:
+            yield db
+    finally:
+        engine.dispose()
 
 
 def assignment_seed(db_url: str, assignment: str, override: int | None = None) -> int:
     """The assignment's secret seed: stored on first use (random unless given), then always the same."""
-    engine = _engine(db_url)
-    with engine.begin() as db:
+    with _database(db_url) as db:
         row = db.execute(sa.select(SEEDS.c.seed).where(SEEDS.c.assignment == assignment)).first()
-        if row is not None and override is not None and int(row.seed) != override:
-            raise ValueError(f"assignment {assignment!r} was graded with another seed; "
-                             "a different --seed would change every student's hidden inputs")
         if row is None:
             seed = override if override is not None else secrets.randbits(63)
             db.execute(SEEDS.insert().values(assignment=assignment, seed=str(seed)))
             return seed
-    engine.dispose()
+    if override is not None and int(row.seed) != override:
+        raise ValueError(f"assignment {assignment!r} was graded with another seed; "
+                         "a different --seed would change every student's hidden inputs")
     return int(row.seed)
 
 
@@ -59,22 +64,17 @@ def notebook_seed(assignment_seed: int, student: str, notebook: str) -> int:
 
 def record_run(db_url: str, assignment: str, student: str, notebook: str, result: dict) -> None:
     """Write (or replace) the record of one graded notebook."""
-    engine = _engine(db_url)
     key = dict(assignment=assignment, student=student, notebook=notebook)
     report = {k: result[k] for k in ("checks", "notes", "enforced", "seconds")}
-    with engine.begin() as db:
+    with _database(db_url) as db:
         db.execute(RUNS.delete().where(sa.and_(*(RUNS.c[k] == v for k, v in key.items()))))
         db.execute(RUNS.insert().values(**key, submission_sha256=result["submission_sha256"], seed=str(result["seed"]),
                                         score=result["score"], max_score=result["max_score"],
                                         report=json.dumps(report), graded_at=datetime.datetime.now()))
-    engine.dispose()
 
 
 def recorded_run(db_url: str, assignment: str, student: str, notebook: str):
     """The recorded row of one graded notebook, or None."""
-    engine = _engine(db_url)
-    with engine.connect() as db:
-        row = db.execute(sa.select(RUNS).where(sa.and_(
+    with _database(db_url) as db:
+        return db.execute(sa.select(RUNS).where(sa.and_(
             RUNS.c.assignment == assignment, RUNS.c.student == student, RUNS.c.notebook == notebook))).first()
-    engine.dispose()
-    return row
