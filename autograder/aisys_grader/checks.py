@@ -129,27 +129,32 @@ def compare_timed(student: Student, function: str, make_case: Callable[[np.rando
 
     Fresh inputs defeat memoising; every result must also be right. Passes when the median
     time is within `slowdown` times the reference's median plus `allowance` seconds (which
-    covers carrying the inputs across the bridge).
+    covers carrying the inputs across the bridge): when most runs are not over that budget.
     """
     __tracebackhide__ = True
-    mine, theirs = [], []
-    for i in range(repeats):
-        case = make_case(rng)
+    cases = [make_case(rng) for _ in range(repeats)]
+    expected, theirs = [], []
+    for case in cases:
         start = time.perf_counter()
-        expected = plain.to_plain(reference(**case))
+        expected.append(plain.to_plain(reference(**case)))
         theirs.append(time.perf_counter() - start)
+    budget = slowdown * statistics.median(theirs) + allowance
+    mine = []
+    for i, case in enumerate(cases):
         value, seconds = student.timed_call(function, returns=returns, **case)
-        mine.append(seconds)
         try:
-            assert_close(value, expected)
+            assert_close(value, expected[i])
         except CheckFailure as failure:
             raise CheckFailure(f"timed run {i + 1} of {repeats}: {function}: {failure}") from None
-    budget = slowdown * statistics.median(theirs) + allowance
-    if statistics.median(mine) > budget:
-        raise CheckFailure(f"{function} is too slow: median {statistics.median(mine) * 1e3:.1f} ms over {repeats} "
-                           f"fresh inputs, the budget is {budget * 1e3:.1f} ms "
-                           f"({slowdown:g} x the reference's {statistics.median(theirs) * 1e3:.2f} ms "
-                           f"+ {allowance * 1e3:.0f} ms)")
+        mine.append(seconds)
+        if sum(t > budget for t in mine) > repeats // 2:
+            break  # most runs are over budget, so the median is: no need to wait for the rest
+    slow = sum(t > budget for t in mine)
+    if slow > repeats // 2:
+        raise CheckFailure(f"{function} is too slow: {slow} of {repeats} runs on fresh inputs took longer than the "
+                           f"budget of {budget * 1e3:.1f} ms ({slowdown:g} x the reference's "
+                           f"{statistics.median(theirs) * 1e3:.2f} ms + {allowance * 1e3:.0f} ms); "
+                           f"the slowest took {max(mine) * 1e3:.1f} ms")
 
 
 def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *,
