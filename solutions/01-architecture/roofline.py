@@ -25,7 +25,9 @@
 #
 # In each function, replace `raise NotImplementedError()` with your code, then run the
 # check cell below it. The checks you see use a few fixed cases; when your work is graded,
-# hidden checks run the same functions on many more shapes and number formats.
+# hidden checks run the same functions on many more shapes and number formats. Write the
+# functions yourself: when grading, `aisys.roofline`, `aisys.dtypes` and `aisys.hardware`
+# (the reference answers) cannot be imported.
 
 # %%
 from aisys_grader import checker
