@@ -10,7 +10,7 @@ c.CourseDirectory.course_id = "aisys"
 # What replaces a solution region in the student's notebook (STYLE: uniform stubs).
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
-# A notebook whose cells run longer than this is stopped; its remaining checks score 0.
+# Used by `nbgrader validate` only: grading runs in the engine, with its own time limits (engine.Timeouts).
 c.Execute.timeout = 300
 
 # Grade with the sandboxed engine: student code runs in bubblewrap, checks run in the

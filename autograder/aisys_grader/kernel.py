@@ -49,11 +49,9 @@ class Execution:
 class SandboxedKernel:
     """Start with `with SandboxedKernel(sandbox) as kernel:`; everything in the sandbox dies on exit."""
 
-    def __init__(self, sandbox: Sandbox, hidden_modules: set[str] = frozenset(), env: dict[str, str] | None = None,
-                 startup_timeout: float = 60):
+    def __init__(self, sandbox: Sandbox, hidden_modules: set[str] = frozenset(), startup_timeout: float = 60):
         self.sandbox = sandbox
         self.hidden_modules = hidden_modules
-        self.extra_env = env or {}
         self.startup_timeout = startup_timeout
         self.process: subprocess.Popen | None = None
         self.client: BlockingKernelClient | None = None
@@ -100,7 +98,7 @@ class SandboxedKernel:
         for name in ("AISYS_DEVICE", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES"):
             if name in os.environ:
                 env[name] = os.environ[name]
-        return {**env, **self.extra_env}
+        return env
 
     def _start(self, shim: Path) -> None:
         connection = self.job / "kernel.json"

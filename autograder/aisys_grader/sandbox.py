@@ -116,7 +116,7 @@ class Cgroups:
 
 @dataclass
 class Sandbox:
-    """How student code is started: `command(job, argv)` wraps argv; `preexec` applies the limits."""
+    """How student code is started: `command(...)` wraps argv in bubblewrap; `preexec` applies the limits."""
 
     limits: Limits = field(default_factory=Limits)
     sandboxed: bool = True
