@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import linecache
+
 import nbformat
 
 from aisys_grader import InProcessStudent, checks_for, run
@@ -25,6 +27,12 @@ def graded_cells(path: Path) -> list[str]:
             if c.metadata.get("nbgrader", {}).get("grade")]
 
 
+def _run(code: str, filename: str, scope: dict) -> None:
+    """exec `code`, keeping its source readable by `inspect` as IPython does (the SIMT simulator reads kernels)."""
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    exec(compile(code, filename, "exec"), scope)
+
+
 def namespace(path: Path, extra_code: str = "") -> dict:
     """Globals after running every ungraded code cell of a notebook, then `extra_code`.
 
@@ -35,10 +43,10 @@ def namespace(path: Path, extra_code: str = "") -> dict:
     for cell in notebook.cells:
         if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
             try:
-                exec(compile(cell.source, f"<{path.name}:{cell.id}>", "exec"), scope)
+                _run(cell.source, f"<{path.name}:{cell.id}>", scope)
             except Exception:
                 pass
-    exec(extra_code, scope)
+    _run(extra_code, f"<{path.name}:extra>", scope)
     return scope
 
 

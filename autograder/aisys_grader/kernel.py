@@ -28,7 +28,7 @@ from jupyter_client.connect import write_connection_file
 from . import bridge
 from .compare import CheckFailure
 from .sandbox import Cgroups, Sandbox
-from .student import payload, value_from_reply
+from .student import BridgeStudent
 
 PACKAGE = Path(__file__).resolve().parent
 OUTPUT_LIMIT = 1_000_000  # characters of output kept per cell; the rest is dropped with a note
@@ -272,24 +272,20 @@ def _copy_aisys(target: Path, hidden_modules: set[str]) -> None:
     shutil.copytree(source, target, ignore=ignore)
 
 
-class KernelStudent:
+class KernelStudent(BridgeStudent):
     """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data."""
 
     def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60):
         self.kernel = kernel
         self.call_timeout = call_timeout
 
-    def call(self, function: str, *args, returns: str = "any", **kwargs):
-        __tracebackhide__ = True
-        return self.timed_call(function, *args, returns=returns, **kwargs)[0]
-
-    def timed_call(self, function: str, *args, returns: str = "any", **kwargs):
+    def _reply(self, function: str, data: str, returns: str, profile: bool) -> tuple[dict | None, float]:
         __tracebackhide__ = True
         if not self.kernel.alive():
             raise CheckFailure(f"`{function}` could not be called: {self.kernel.death}")
         nonce = secrets.token_hex(16)
         code = (f"__import__('aisys_grader.bridge', fromlist=['call']).call("
-                f"get_ipython().user_ns, {function!r}, {payload(args, kwargs)!r}, {returns!r}, {nonce!r})")
+                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r}, {profile!r})")
         done = self.kernel.execute(code, self.call_timeout)
         if done.status == "timeout":
             self.kernel.recover()
@@ -300,6 +296,6 @@ class KernelStudent:
                    if o.output_type == "display_data" and isinstance(o.get("data", {}).get(bridge.MIME), dict)
                    and o.data[bridge.MIME].get("nonce") == nonce]
         reply = replies[-1] if replies else None
-        if reply is not None and len(str(reply.get("value", ""))) > REPLY_LIMIT:
+        if reply is not None and len(str(reply.get("value", ""))) + len(str(reply.get("launches", ""))) > REPLY_LIMIT:
             raise CheckFailure(f"the result of `{function}` is larger than {REPLY_LIMIT // 2**20} MiB")
-        return value_from_reply(function, reply, returns), done.seconds
+        return reply, done.seconds

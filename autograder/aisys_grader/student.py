@@ -25,6 +25,9 @@ class Student(Protocol):
     def timed_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, float]:
         """`call`, and the seconds it took as measured by the grader (inputs and result included)."""
 
+    def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
+        """`call` with kernels run in the SIMT simulator: the value and one report (plain dict) per launch."""
+
 
 def payload(args: tuple, kwargs: dict) -> str:
     """Arguments in the wire format: a fresh copy the student can neither mutate nor keep."""
@@ -53,11 +56,18 @@ def value_from_reply(function: str, reply, returns: str):
     raise CheckFailure(f"calling `{function}` gave no readable result")
 
 
-class InProcessStudent:
-    """Student code living in a namespace of this process (a notebook's globals)."""
+def launches_from_reply(function: str, reply) -> list[dict]:
+    """The simulator's launch reports a profiled call's reply carries, re-checked as a list of mappings."""
+    __tracebackhide__ = True
+    try:
+        launches = plain.require(plain.decode(reply["launches"]), "sequence", "launch reports")
+        return [plain.require(r, "mapping", "a launch report") for r in launches]
+    except (plain.NotPlain, ValueError, TypeError, KeyError):
+        raise CheckFailure(f"calling `{function}` gave no readable kernel launch reports") from None
 
-    def __init__(self, namespace: dict):
-        self.namespace = namespace
+
+class BridgeStudent:
+    """call, timed_call and profiled_call, for a student whose `_reply` gives a bridge reply and its seconds."""
 
     def call(self, function: str, *args, returns: str = "any", **kwargs) -> Any:
         __tracebackhide__ = True
@@ -65,8 +75,22 @@ class InProcessStudent:
 
     def timed_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, float]:
         __tracebackhide__ = True
-        data = payload(args, kwargs)
-        start = time.perf_counter()
-        reply = bridge.reply(self.namespace, function, data, returns)
-        seconds = time.perf_counter() - start
+        reply, seconds = self._reply(function, payload(args, kwargs), returns, profile=False)
         return value_from_reply(function, reply, returns), seconds
+
+    def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
+        __tracebackhide__ = True
+        reply, _ = self._reply(function, payload(args, kwargs), returns, profile=True)
+        return value_from_reply(function, reply, returns), launches_from_reply(function, reply)
+
+
+class InProcessStudent(BridgeStudent):
+    """Student code living in a namespace of this process (a notebook's globals)."""
+
+    def __init__(self, namespace: dict):
+        self.namespace = namespace
+
+    def _reply(self, function: str, data: str, returns: str, profile: bool) -> tuple[dict, float]:
+        start = time.perf_counter()
+        reply = bridge.reply(self.namespace, function, data, returns, profile)
+        return reply, time.perf_counter() - start
