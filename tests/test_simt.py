@@ -473,3 +473,31 @@ def divide_by_zero(x):
 def test_errors_inside_a_kernel_name_the_thread():
     with pytest.raises(KernelError, match=r"raised ZeroDivisionError.*thread \(0, 0, 0\) of block \(0, 0, 0\)"):
         divide_by_zero[1, 1](np.zeros(1))
+
+
+@cuda.jit
+def zero_then_add(out):
+    s = cuda.shared.array(BLOCK, np.int32)
+    s[cuda.threadIdx.x] = 0
+    cuda.atomic.add(s, (cuda.threadIdx.x + 1) % BLOCK, 1)  # another thread's word, no barrier after zeroing
+    cuda.syncthreads()
+    out[cuda.threadIdx.x] = s[cuda.threadIdx.x]
+
+
+@cuda.jit
+def never_initialised(out):
+    s = cuda.shared.array(BLOCK, np.int32)
+    t = cuda.local.array(1, np.float32)
+    out[cuda.threadIdx.x] = s[cuda.threadIdx.x] + (0 if t[0] > 1e30 else 1)
+
+
+def test_plain_store_racing_with_an_atomic_is_reported():
+    (error,) = run(zero_then_add, 1, BLOCK, np.zeros(BLOCK, np.int32))["errors"]
+    assert error["kind"] == "race" and "atomically updates" in error["message"]
+    assert run(histogram, 1, BLOCK, np.zeros(100, np.int32), np.zeros(1, np.int64))["errors"] == []
+
+
+def test_shared_and_local_memory_start_as_garbage_not_zeros():
+    out = np.zeros(BLOCK, np.int32)
+    run(never_initialised, 1, BLOCK, out)
+    assert np.all(out == 0x7F7F7F7F)

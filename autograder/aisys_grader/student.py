@@ -60,7 +60,7 @@ def launches_from_reply(function: str, reply) -> list[dict]:
     """The simulator's launch reports a profiled call's reply carries, re-checked as a list of mappings."""
     __tracebackhide__ = True
     try:
-        launches = plain.require(plain.decode(reply["launches"]), "sequence", "launch reports")
+        launches = plain.require(plain.decode(reply["launches"]), "list", "launch reports")
         return [plain.require(r, "mapping", "a launch report") for r in launches]
     except (plain.NotPlain, ValueError, TypeError, KeyError):
         raise CheckFailure(f"calling `{function}` gave no readable kernel launch reports") from None

@@ -146,10 +146,15 @@ def _count_distinct(group, values):
 
 
 def races(records, position, block, examples: int = 3) -> tuple[int, list]:
-    """How many shared addresses were raced on, and a few races: (write site, other site, writer, other, address)."""
+    """How many shared addresses were raced on, and a few races: (write site, other site, writer, other, address).
+
+    `records` are the block's shared loads, stores and atomics. Atomics do not race with each other, but do
+    with another thread's plain load or store of the same word.
+    """
     epoch = np.searchsorted(np.asarray(block.epochs, np.int64), position, side="right")
     thread, address = records[:, THREAD], records[:, ADDRESS]
-    write = (records[:, KIND] == SHARED_STORE).astype(np.int64)
+    atomic = (records[:, KIND] == SHARED_ATOMIC).astype(np.int64)
+    write = (records[:, KIND] == SHARED_STORE).astype(np.int64) | atomic
     warp = thread // WARP
     warp_sync = np.zeros(len(records), np.int64)
     for w in np.unique(warp):
@@ -160,19 +165,24 @@ def races(records, position, block, examples: int = 3) -> tuple[int, list]:
     # Accesses to one address in one barrier interval race when one writes and they come from two threads
     # of different warps, or of one warp with no warp synchronisation between them.
     group = _groups(epoch, address)
-    written = np.bincount(group, weights=write) > 0
     many_threads = _count_distinct(group, thread) > 1
     across_warps = _count_distinct(group, warp) > 1
     sub = _groups(group, warp_sync)
     within_warp = np.zeros(group.max() + 1, bool)
     sub_racing = (_count_distinct(sub, thread) > 1) & (np.bincount(sub, weights=write) > 0)
     within_warp[group[sub_racing[sub]]] = True
-    racing = np.flatnonzero(written & many_threads & (across_warps | within_warp))
+    stored = np.bincount(group, weights=write - atomic) > 0
+    atomics_and_plain = (np.bincount(group, weights=atomic) > 0) & (np.bincount(group, weights=1 - atomic) > 0)
+    racing = np.flatnonzero(many_threads & ((stored & (across_warps | within_warp)) | atomics_and_plain))
     found = []
     for g in racing[:examples]:
         rows = np.flatnonzero(group == g)
         w = rows[write[rows] == 1][0]
-        others = rows[(thread[rows] != thread[w]) & ((warp[rows] != warp[w]) | (warp_sync[rows] == warp_sync[w]))]
+        others = rows[(thread[rows] != thread[w]) & ((warp[rows] != warp[w]) | (warp_sync[rows] == warp_sync[w]))
+                      & ((atomic[rows] == 0) | (atomic[w] == 0))]
+        if atomic[w] and not len(others):  # the plain access is this thread's; another's atomic races with it
+            w = rows[(atomic[rows] == 0) & (thread[rows] == thread[w])][0]
+            others = rows[(atomic[rows] == 1) & (thread[rows] != thread[w])]
         o = others[0] if len(others) else rows[thread[rows] != thread[w]][0]
         found.append((int(records[w, SITE]), int(records[o, SITE]), int(thread[w]), int(thread[o]),
                       int(address[w])))
@@ -194,6 +204,8 @@ def add_block(launch, block, log: list, threads: int) -> None:
     shared = (kind == SHARED_LOAD) | (kind == SHARED_STORE)
     if shared.any():
         shared_memory(records[shared], launch.shared_memory)
+    shared |= kind == SHARED_ATOMIC
+    if shared.any():
         count, examples = races(records[shared], position[shared], block)
         if count:
             launch.race(block, count, examples)

@@ -124,7 +124,7 @@ class _Local:
     @staticmethod
     def array(shape, dtype):
         _in_kernel("local.array")
-        return np.zeros(as_shape(shape, "cuda.local.array"), as_dtype(dtype, "cuda.local.array"))
+        return scheduler.garbage(as_shape(shape, "cuda.local.array"), as_dtype(dtype, "cuda.local.array"))
 
 
 class _Const:

@@ -62,10 +62,11 @@ class Launch:
         write_site, other_site, writer, other, address = examples[0]
         w, o = SITES[write_site], SITES[other_site]
         threads = _thread_index(writer, self.block), _thread_index(other, self.block)
-        verb = "writes" if o.kind == "store" else "reads"
+        verbs = {"store": "writes", "load": "reads", "atomic": "atomically updates"}
         self.error("race", w.line,
-                   f"race on shared memory: thread {threads[0]} of block {block.index} writes "
-                   f"{_element(block, address)} at line {w.line} (`{w.source}`) and thread {threads[1]} {verb} it "
+                   f"race on shared memory: thread {threads[0]} of block {block.index} {verbs[w.kind]} "
+                   f"{_element(block, address)} at line {w.line} (`{w.source}`) and thread {threads[1]} "
+                   f"{verbs[o.kind]} it "
                    f"at line {o.line} (`{o.source}`) with no cuda.syncthreads() between them, so the result depends "
                    "on which thread runs first. Put a barrier between the write and the other thread's access.",
                    count)
@@ -84,8 +85,8 @@ class Launch:
                 s = SITES[site]
                 row = {"line": s.line, "source": s.source, "space": space,
                        "kind": "atomic" if total == "atomics" else s.kind,
-                       "requests": 0, "sectors": 0, "ideal_sectors": 0, "wavefronts": 0, "bank_conflicts": 0,
-                       "divergent": 0}
+                       "requests": 0, "operations": 0, "sectors": 0, "ideal_sectors": 0, "wavefronts": 0,
+                       "bank_conflicts": 0, "divergent": 0}
                 for k in keys:
                     totals[total][k] += counts[k]
                     if k in row:

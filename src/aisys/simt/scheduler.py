@@ -50,7 +50,7 @@ class Block:
             line = frame.f_lineno
             what = f"cuda.shared.array at line {line}"
             dtype, shape = as_dtype(dtype, what), as_shape(shape, what)
-            data = np.zeros(shape, dtype)
+            data = garbage(shape, dtype)  # shared memory starts with whatever the last block left there
             start = -(-self.shared_bytes // 16) * 16
             self.shared_bytes = start + data.nbytes
             if self.shared_bytes > SHARED_LIMIT:
@@ -59,6 +59,11 @@ class Block:
                                   "shared memory")
             array = self.shared[key] = Array(data, start, f"shared array (line {line})", shared=True)
         return array
+
+
+def garbage(shape, dtype) -> np.ndarray:
+    """An array that, like fresh shared or local memory on a GPU, holds no useful values (bytes 0x7F: large)."""
+    return np.full(int(np.prod(shape)) * np.dtype(dtype).itemsize, 0x7F, np.uint8).view(dtype).reshape(shape)
 
 
 def run_block(launch, block: Block, kernel, args) -> None:
