@@ -124,8 +124,9 @@ def tracks(found: list[Finding]) -> list[Finding]:
     return [
         Finding("reference code and CPU exercises", True, "numpy and torch on the CPU"),
         Finding("Triton kernels", has["Triton"], "compiled on the GPU" if gpu else "in the interpreter (slow, small sizes)"),
-        Finding("thread-level CUDA kernels on the GPU", gpu and has["numba"] and _version("numba-cuda") is not None,
-                "numba-cuda on the GPU"),
+        Finding("thread-level CUDA kernels (numba's dialect)", True,
+                "on the GPU through numba-cuda" if gpu and _version("numba-cuda") else
+                "in the aisys SIMT simulator (reports coalescing, bank conflicts, divergence, races)"),
         Finding("CUDA C kernels", gpu and has["CuPy"], "CuPy RawKernel; without a GPU these checks are skipped"),
         Finding("collectives on real processes (gloo)", gloo, "torch.distributed, CPU processes"),
         Finding("collectives on GPUs (NCCL)", gpu and nccl, "torch.distributed with NCCL"),
