@@ -152,3 +152,8 @@ def test_exercise_ids_map_to_check_modules():
     assert module_name("01-architecture/roofline") == "aisys_grader.exercises.ch01_architecture.roofline"
     with pytest.raises(ValueError, match="exercise must look like"):
         module_name("roofline")
+
+
+def test_large_int64_arrays_compare_exactly_and_print_exactly():
+    with pytest.raises(CheckFailure, match="expected 1152921504606846976, got 1152921504606846977"):
+        assert_close(np.array([2**60 + 1]), np.array([2**60]), where="case 1")

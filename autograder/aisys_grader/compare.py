@@ -92,14 +92,19 @@ def _assert_arrays_close(got: np.ndarray, expected: np.ndarray, rtol, atol, wher
     default = tolerance(expected.dtype)
     rtol, atol = (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
     g, e = got.astype(np.float64), expected.astype(np.float64)
-    bad = ~(np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True))
+    exact = got.dtype.kind in "iub" and expected.dtype.kind in "iub" and rtol == atol == 0
+    if exact:  # integers compare as integers: float64 cannot tell int64s apart beyond 2**53
+        bad = got != expected
+    else:
+        bad = ~(np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True))
     if not bad.any():
         return
     error = np.where(bad, np.abs(g - e), 0.0)
-    error = np.where(np.isnan(error), np.inf, error)  # a NaN where a number belongs is the worst error
+    error = np.where(np.isnan(error) | (bad & (error == 0)), np.inf, error)  # NaN, or too close for float64: worst
     worst = np.unravel_index(int(np.argmax(error)), error.shape)
+    shown = (f"expected {expected[worst]}, got {got[worst]}" if exact
+             else f"expected {e[worst]:.6g}, got {g[worst]:.6g}")
     raise CheckFailure(
         f"{where}: {int(bad.sum())} of {bad.size} elements differ (shape {expected.shape}, dtype {expected.dtype}); "
-        f"largest error at index {tuple(int(i) for i in worst)}: expected {e[worst]:.6g}, got {g[worst]:.6g} "
-        f"(rtol={rtol:g}, atol={atol:g})"
+        f"largest error at index {tuple(int(i) for i in worst)}: {shown} (rtol={rtol:g}, atol={atol:g})"
     )

@@ -240,15 +240,19 @@ class _Compiled:
         """A copy of the function in which `cuda` is numba-cuda itself and device functions are compiled by it."""
         from numba import cuda as numba_cuda
 
-        used = _names_used(self.function.__code__)
-        names = dict(self.function.__globals__)
-        for name, value in self.function.__globals__.items():
+        def for_numba(value):
             if value is cuda:
-                names[name] = numba_cuda
-            elif isinstance(value, DeviceFunction) and name in used and value is not self:
-                names[name] = value.numba()
+                return numba_cuda
+            if isinstance(value, DeviceFunction) and value is not self:
+                return value.numba()
+            return value
+
+        used = _names_used(self.function.__code__)
+        names = {name: for_numba(value) if name in used else value
+                 for name, value in self.function.__globals__.items()}
+        cells = tuple(types.CellType(for_numba(c.cell_contents)) for c in self.function.__closure__ or ())
         return types.FunctionType(self.function.__code__, names, self.function.__name__,
-                                  self.function.__defaults__, self.function.__closure__)
+                                  self.function.__defaults__, cells or None)
 
 
 def _names_used(code: types.CodeType) -> set[str]:

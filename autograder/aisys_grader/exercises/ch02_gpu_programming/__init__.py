@@ -1,0 +1,1 @@
+"""Checks of chapter 2: GPU programming, thread by thread."""

@@ -1,0 +1,28 @@
+"""Packs the busy threads with `index = 2 * s * tid`: little divergence, but lanes 2s words apart collide in the banks."""
+
+FAILS = ["block_sums_tree_sequential"]
+
+
+@functools.cache  # noqa: F821
+def tree_kernel(dtype):
+    @cuda.jit  # noqa: F821
+    def block_sums_tree_kernel(x, partial):
+        sdata = cuda.shared.array(BLOCK, dtype)  # noqa: F821
+        tid = cuda.threadIdx.x  # noqa: F821
+        i = cuda.blockIdx.x * BLOCK + tid  # noqa: F821
+        if i < x.size:
+            sdata[tid] = x[i]
+        else:
+            sdata[tid] = 0
+        cuda.syncthreads()  # noqa: F821
+        s = 1
+        while s < BLOCK:  # noqa: F821
+            index = 2 * s * tid
+            if index < BLOCK:  # noqa: F821
+                sdata[index] += sdata[index + s]
+            cuda.syncthreads()  # noqa: F821
+            s *= 2
+        if tid == 0:
+            partial[cuda.blockIdx.x] = sdata[0]  # noqa: F821
+
+    return block_sums_tree_kernel

@@ -1,0 +1,21 @@
+"""Stages the tile in a (TILE, TILE) shared array: coalesced, but reading a column of it is a 32-way bank conflict."""
+
+FAILS = ["transpose_no_bank_conflicts"]
+
+
+@cuda.jit  # noqa: F821
+def transpose_kernel(a, out):
+    tile = cuda.shared.array((TILE, TILE), np.int32)  # noqa: F821
+    rows, cols = a.shape
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y  # noqa: F821
+    col = cuda.blockIdx.x * TILE + tx  # noqa: F821
+    for r in range(ty, TILE, BLOCK_ROWS):  # noqa: F821
+        row = cuda.blockIdx.y * TILE + r  # noqa: F821
+        if row < rows and col < cols:
+            tile[r, tx] = a[row, col]
+    cuda.syncthreads()  # noqa: F821
+    col = cuda.blockIdx.y * TILE + tx  # noqa: F821
+    for r in range(ty, TILE, BLOCK_ROWS):  # noqa: F821
+        row = cuda.blockIdx.x * TILE + r  # noqa: F821
+        if row < cols and col < rows:
+            out[row, col] = tile[tx, r]
