@@ -501,3 +501,14 @@ def test_shared_and_local_memory_start_as_garbage_not_zeros():
     out = np.zeros(BLOCK, np.int32)
     run(never_initialised, 1, BLOCK, out)
     assert np.all(out == 0x7F7F7F7F)
+
+
+@cuda.jit
+def active_lanes(out):
+    out[cuda.threadIdx.x] = cuda.activemask()
+
+
+def test_activemask_names_the_lanes_that_exist():
+    out = np.zeros(48, np.int64)
+    run(active_lanes, 1, 48, out)
+    assert np.all(out[:32] == 0xFFFFFFFF) and np.all(out[32:] == 0xFFFF)

@@ -399,8 +399,11 @@ class Dialect:
 
     @staticmethod
     def activemask():
+        """The lanes of the caller's warp that exist. Threads run one after another here, not in lockstep, so
+        lanes on the other side of a branch, or already returned, are not told apart."""
         t = _in_kernel("activemask")
-        return 0xFFFFFFFF  # threads of a warp run as one here; a finer answer would need lockstep execution
+        lanes = min(scheduler.WARP, state.launch.threads_per_block - t.warp * scheduler.WARP)
+        return (1 << lanes) - 1
 
     @staticmethod
     def threadfence():
