@@ -6,7 +6,9 @@ Each kernel below runs once in the simulator (its report) and once on the GPU
 under `ncu` (hardware counters): global-memory requests and 32-byte sectors of
 loads and stores, and shared-memory bank conflicts. The simulator groups lanes
 into warp instructions the way the hardware does, so the counts should agree
-where the compiler emits one memory instruction per source access.
+where the compiler emits one memory instruction per source access. Divergence is
+counted per source branch by the simulator and per SASS branch by ncu; the compiler
+turns short branches into predicated code, so those counts agree only in kind.
 """
 
 import csv
@@ -20,6 +22,7 @@ import sys
 import numpy as np
 
 from aisys import simt
+from aisys.cuda_kernels import transpose as exercise_transpose
 from aisys.simt import cuda
 
 TILE = 32
@@ -33,7 +36,9 @@ METRICS = {
     "global store sectors": "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
     "shared load bank conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
     "shared store bank conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "divergent branches": "smsp__sass_branch_targets_threads_divergent.sum",
 }
+BLOCK = 256
 
 
 @cuda.jit
@@ -79,6 +84,38 @@ def transpose_padded(a, out):
     out[row, col] = tile[x, y]
 
 
+@cuda.jit
+def sum_interleaved(x, partial):
+    s = cuda.shared.array(BLOCK, np.float32)
+    t = cuda.threadIdx.x
+    s[t] = x[cuda.grid(1)]
+    cuda.syncthreads()
+    step = 1
+    while step < BLOCK:
+        if t % (2 * step) == 0:
+            s[t] += s[t + step]
+        cuda.syncthreads()
+        step *= 2
+    if t == 0:
+        partial[cuda.blockIdx.x] = s[0]
+
+
+@cuda.jit
+def sum_sequential(x, partial):
+    s = cuda.shared.array(BLOCK, np.float32)
+    t = cuda.threadIdx.x
+    s[t] = x[cuda.grid(1)]
+    cuda.syncthreads()
+    step = BLOCK // 2
+    while step > 0:
+        if t < step:
+            s[t] += s[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        partial[cuda.blockIdx.x] = s[0]
+
+
 def launches():
     """(kernel, grid, block, arguments) of every case."""
     a = np.arange(N * N, dtype=np.float32).reshape(N, N)
@@ -88,7 +125,11 @@ def launches():
             (copy_stride2, N * N // 512, 256, (flat, np.zeros(N * N // 2, np.float32))),
             (transpose_naive, grid2, (TILE, TILE), (a, np.zeros_like(a))),
             (transpose_tile, grid2, (TILE, TILE), (a, np.zeros_like(a))),
-            (transpose_padded, grid2, (TILE, TILE), (a, np.zeros_like(a)))]
+            (transpose_padded, grid2, (TILE, TILE), (a, np.zeros_like(a))),
+            (exercise_transpose.transpose_kernel, grid2, (TILE, exercise_transpose.BLOCK_ROWS),
+             (a.view(np.int32), np.zeros_like(a).view(np.int32))),
+            (sum_interleaved, N * N // BLOCK, BLOCK, (flat, np.zeros(N * N // BLOCK, np.float32))),
+            (sum_sequential, N * N // BLOCK, BLOCK, (flat, np.zeros(N * N // BLOCK, np.float32)))]
 
 
 def simulated(report: dict) -> dict:
@@ -102,7 +143,8 @@ def simulated(report: dict) -> dict:
             "global store requests": total("global", "store", "requests"),
             "global store sectors": total("global", "store", "sectors"),
             "shared load bank conflicts": total("shared", "load", "bank_conflicts"),
-            "shared store bank conflicts": total("shared", "store", "bank_conflicts")}
+            "shared store bank conflicts": total("shared", "store", "bank_conflicts"),
+            "divergent branches": report["branches"]["divergent"]}
 
 
 def measured() -> dict:
