@@ -15,9 +15,11 @@ c.Execute.timeout = 300
 
 # Grade with the sandboxed engine: student code runs in bubblewrap, checks run in the
 # grader's process (aisys_grader/autograde.py). nbgrader's other steps are unchanged.
-from aisys_grader.autograde import SandboxedExecute  # noqa: E402
+# A notebook whose checks were skipped (GPU-only, graded without a GPU) gets no grade: SaveGrades
+# is SaveAutoGrades except that it records nothing for such a notebook.
+from aisys_grader.autograde import SandboxedExecute, SaveGrades  # noqa: E402
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
-from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput, SaveAutoGrades  # noqa: E402
+from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput  # noqa: E402
 
-c.Autograde.autograde_preprocessors = [SandboxedExecute, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+c.Autograde.autograde_preprocessors = [SandboxedExecute, ClearMetadataPreprocessor, LimitOutput, SaveGrades,
                                        AssignLatePenalties, CheckCellMetadata]

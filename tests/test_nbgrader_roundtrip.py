@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from nbgrader.api import Gradebook
 
 from aisys_grader import records
 from notebooks import EXERCISES, ROOT, source_notebook, student_notebook
@@ -45,7 +46,14 @@ def test_solution_scores_full_marks_and_blank_scores_zero(tmp_path, chapter):
     assert set(rows) == {"solver", "blank"}
     max_score = float(rows["solver"]["max_score"])
     assert max_score > 0
-    assert float(rows["solver"]["score"]) == max_score
+    # A notebook whose checks were skipped (GPU-only, graded without a GPU) has no grade: nothing, not even 0.
+    ungraded = {p.name.removesuffix(".skipped.json")
+                for p in (course / "aisys_results" / chapter / "solver").glob("*.skipped.json")}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        assert {g.auto_score for s in ("solver", "blank") for nb in ungraded
+                for g in gradebook.find_submission_notebook(nb, chapter, s).grades} <= {None}
+        ungraded_points = sum(gradebook.find_notebook(nb, chapter).max_score for nb in ungraded)
+    assert float(rows["solver"]["score"]) == max_score - ungraded_points
     assert float(rows["blank"]["score"]) == 0
     # The scores came from the sandboxed engine, not from nbgrader's own Execute.
     runs = {r.student: r for r in (records.recorded_run(f"sqlite:///{course / 'gradebook.db'}", chapter, s, e.split("/")[1])

@@ -5,7 +5,8 @@ each registered with `@check(EXERCISE, points=...)`. A check function takes
 `(student, rng, hidden)`: it builds its cases from `rng` (visible cases use a
 fixed seed; hidden ones a seed the student cannot know) and calls the student
 only through `student.call`. It returns nothing when the student is right and
-raises CheckFailure saying what is wrong otherwise.
+raises CheckFailure saying what is wrong otherwise. A check that needs a GPU calls
+`require_gpu()` first: without one it is skipped, neither passed nor failed.
 """
 
 import ast
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import plain
-from .compare import CheckFailure, assert_close, describe
+from .compare import CheckFailure, CheckSkipped, assert_close, describe
 from .student import Student
 
 SEED_ENV = "AISYS_GRADING_SEED"  # the instructor's secret seed for hidden cases
@@ -45,6 +46,15 @@ class Result:
     hidden: bool
     passed: bool
     message: str
+    skipped: bool = False  # the check could not run here (it needs a GPU): neither passed nor failed
+
+    def __post_init__(self):
+        if self.passed and self.skipped:
+            raise ValueError("a check result is passed or skipped, not both")
+
+    @property
+    def failed(self) -> bool:
+        return not (self.passed or self.skipped)
 
     @property
     def score(self) -> float:
@@ -114,12 +124,36 @@ def rng_for(check: Check, hidden: bool, seed: int | None = None) -> np.random.Ge
 
 
 def run(check: Check, student: Student, *, hidden: bool, seed: int | None = None) -> Result:
-    """Run one check; a wrong answer is a failed Result, a bug in the check itself propagates."""
+    """Run one check; a wrong answer is a failed Result, one that cannot run here a skipped Result
+    ("skipped: needs a GPU (...)"), and a bug in the check itself propagates."""
     try:
         check.function(student, rng_for(check, hidden, seed), hidden)
     except CheckFailure as failure:
         return Result(check, hidden, False, str(failure))
+    except CheckSkipped as skip:
+        return Result(check, hidden, False, f"skipped: {skip}", skipped=True)
     return Result(check, hidden, True, "")
+
+
+def require_gpu(*, cupy: bool = False) -> None:
+    """Skip the calling check unless aisys runs on a CUDA GPU here (and, with `cupy`, CuPy can use it).
+
+    Call it first thing in a check: it raises CheckSkipped, which `run` turns into a result that
+    neither passes nor fails, the notebook prints as skipped, and the grading engine records no
+    grade for (the notebook waits for a run on a machine with a GPU). The decision is the
+    grader's, from this process: AISYS_DEVICE=cpu skips even where a GPU exists.
+    """
+    from aisys import cuda_c, device
+
+    try:
+        on_gpu = device.current() == "cuda"
+    except RuntimeError as error:  # AISYS_DEVICE=cuda on a machine without one
+        raise CheckSkipped(f"needs a GPU ({error})") from None
+    if not on_gpu:
+        why = f"{device.ENV}=cpu" if device.requested() == "cpu" else "no CUDA GPU found"
+        raise CheckSkipped(f"needs a GPU ({why})")
+    if cupy and (problem := cuda_c.cupy_problem()):
+        raise CheckSkipped(f"needs a GPU with CuPy ({problem})")
 
 
 def compare_timed(student: Student, function: str, make_case: Callable[[np.random.Generator], dict],

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in generate():
             print(path.relative_to(ROOT))
     elif args.command == "grade":
+        from .autograde import needs_gpu_message
         from .course import grade as grade_class
         from .generate import ROOT
         from .sandbox import SandboxUnavailable
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'student':<{width}}  score")
         for row in rows:
             print(f"{row['student']:<{width}}  {row['score']:g}/{row['max_score']:g}  {row['notes']}")
+        for exercise in sorted({e for row in rows for e in row["needs_gpu"]}):
+            count = sum(exercise in row["needs_gpu"] for row in rows)
+            print(f"{needs_gpu_message(exercise)} ({count} submission{'s' * (count != 1)} not graded, "
+                  "nothing recorded for them)")
         if args.unsandboxed:
             print("WARNING: graded without a sandbox; these grades can be faked.")
     return 0

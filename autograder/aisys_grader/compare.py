@@ -16,6 +16,14 @@ class CheckFailure(AssertionError):
     """A check found the student's code wrong; the message says how."""
 
 
+class CheckSkipped(Exception):
+    """A check cannot run on this machine (it needs a GPU): it neither passes nor fails, and scores nothing.
+
+    Only the check itself raises it (see `checks.require_gpu`): whatever a student's function
+    raises reaches the check as a CheckFailure (bridge.reply), so student code cannot skip a check.
+    """
+
+
 # (rtol, atol) per dtype, as torch.testing.assert_close uses by default; Python
 # floats are float64. Integers and booleans compare exactly.
 TOLERANCES = {

@@ -9,6 +9,10 @@
    interrupted run loses nothing and the next run picks up where it stopped.
 3. Write: one process runs nbgrader's autograde (replaying the results), feedback and
    export, so the gradebook has a single writer.
+
+A notebook whose checks were skipped (GPU-only checks, graded without a GPU) gets no grade
+and no feedback page: the summary says "<exercise> needs a GPU to grade: ...", and the next
+run on a machine with a GPU grades it.
 """
 
 import concurrent.futures
@@ -29,7 +33,8 @@ from sqlalchemy.exc import SAWarning
 from tqdm import tqdm
 
 from . import records
-from .autograde import cached_result, grade_submission, handout, read_submission, sha256, submitted_path
+from .autograde import (cached_result, grade_submission, handout, needs_gpu_message, read_submission, sha256,
+                        submitted_path)
 from .engine import Timeouts
 from .generate import nbgrader_config
 from .sandbox import Limits, Sandbox
@@ -110,6 +115,7 @@ def grade(submissions_path: Path, course: Path, assignment: str, *, workers: int
         config = nbgrader_config(course)
         config.SandboxedExecute.course_root = str(course)
         config.SandboxedExecute.allow_unsandboxed = allow_unsandboxed
+        config.SandboxedExecute.replay_skipped = True  # this run grades them just before autograde replays them
         api = NbGraderAPI(config=config)
         with Gradebook(api.coursedir.db_url) as gradebook:
             known = {a.name for a in gradebook.assignments}
@@ -139,15 +145,20 @@ def grade(submissions_path: Path, course: Path, assignment: str, *, workers: int
             raise RuntimeError("grading failed for:\n" + "\n".join(e for e in errors if e)
                                + "\nEvery other result is saved; run the command again to retry these.")
 
+        # Every submission now has a graded result, except those whose checks were skipped (they need a GPU).
+        ungraded = {(s.student, s.notebook) for s in received
+                    if cached_result(course, assignment, s.student, s.notebook, assignment_seed) is None}
         students = sorted({s.student for s in received})
         for student in tqdm(students, desc="gradebook and feedback", unit="student", disable=not progress):
             if _needs_writing(api.coursedir.db_url, course, assignment, student, notebooks, force):
                 _succeeded(api.autograde(assignment, student, force=True, create=True), f"autograde {student}")
                 _succeeded(api.generate_feedback(assignment, student, force=True), f"generate_feedback {student}")
+        for student, notebook in ungraded:  # its page would show 0 points for checks that never ran
+            (course / "feedback" / student / assignment / f"{notebook}.html").unlink(missing_ok=True)
 
         with Gradebook(api.coursedir.db_url) as gradebook:
             CsvExportPlugin(to=str(csv_path or course / "grades.csv")).export(gradebook)
-        return summary(api.coursedir.db_url, assignment, students, notebooks)
+        return summary(api.coursedir.db_url, assignment, students, notebooks, ungraded)
 
 
 def _needs_writing(db_url: str, course: Path, assignment: str, student: str, notebooks: list[str], force: bool) -> bool:
@@ -167,13 +178,18 @@ def _succeeded(result: dict, what: str) -> None:
         raise RuntimeError(f"nbgrader {what} failed:\n{result.get('log', '')}\n{result.get('error', '')}")
 
 
-def summary(db_url: str, assignment: str, students: list[str], notebooks: list[str]) -> list[dict]:
+def summary(db_url: str, assignment: str, students: list[str], notebooks: list[str],
+            ungraded: set[tuple[str, str]] = frozenset()) -> list[dict]:
+    """One row per student: score and maximum over the notebooks graded; `needs_gpu` lists the exercises
+    that were not (their checks were skipped), and the notes say so."""
     rows = []
     for student in students:
-        runs = [records.recorded_run(db_url, assignment, student, nb) for nb in notebooks]
+        needs_gpu = [f"{assignment}/{nb}" for nb in notebooks if (student, nb) in ungraded]
+        runs = [records.recorded_run(db_url, assignment, student, nb) for nb in notebooks
+                if (student, nb) not in ungraded]  # an older grade of a notebook graded again is not this run's
         runs = [r for r in runs if r is not None]
-        notes = [n for r in runs for n in json.loads(r.report)["notes"]]
+        notes = [n for r in runs for n in json.loads(r.report)["notes"]] + [needs_gpu_message(e) for e in needs_gpu]
         rows.append({"student": student, "score": sum(r.score for r in runs),
-                     "max_score": sum(r.max_score for r in runs), "notes": "; ".join(notes)})
+                     "max_score": sum(r.max_score for r in runs), "notes": "; ".join(notes), "needs_gpu": needs_gpu})
     return rows
 

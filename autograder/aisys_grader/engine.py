@@ -8,6 +8,9 @@ own extra cells where they stood; locked and graded cells as handed out.
 graded cell, runs its check from the grader's process, through the bridge. The
 grade is decided here and written into the graded cell's outputs, which is what
 nbgrader's SaveAutoGrades reads: an error output scores 0, anything else full marks.
+A check that cannot run on this machine (a GPU-only check without a GPU) is skipped:
+its cell says so, and the notebook's grade lists it in `skipped`, which tells the
+caller to record no grade for the notebook at all (autograde.py).
 """
 
 import ast
@@ -17,8 +20,10 @@ from dataclasses import dataclass, field
 
 import nbformat
 from . import checks as checks_module
+from .compare import CheckFailure
 from .kernel import KernelDied, KernelStudent, SandboxedKernel
 from .sandbox import Sandbox
+from .student import BridgeStudent
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class CheckOutcome:
     points: float
     passed: bool
     message: str
+    skipped: bool = False  # could not run here (needs a GPU): neither passed nor failed
 
     @property
     def score(self) -> float:
@@ -57,6 +63,11 @@ class NotebookGrade:
     @property
     def max_score(self) -> float:
         return sum(c.points for c in self.checks.values())
+
+    @property
+    def skipped(self) -> list[str]:
+        """Checks that could not run on this machine: while any are, the notebook has no grade."""
+        return [name for name, c in self.checks.items() if c.skipped]
 
 
 def _meta(cell) -> dict:
@@ -123,6 +134,16 @@ def _failed(message: str) -> list:
     return [nbformat.v4.new_output("error", ename="CheckFailure", evalue=message, traceback=[f"CheckFailure: {message}"])]
 
 
+def _skipped(name: str, message: str) -> list:
+    return [nbformat.v4.new_output("stream", name="stdout", text=f"{message}: {name} not graded\n")]
+
+
+def _outputs(outcome: "CheckOutcome") -> list:
+    if outcome.passed:
+        return _passed(outcome.name)
+    return _skipped(outcome.name, outcome.message) if outcome.skipped else _failed(outcome.message)
+
+
 def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nbformat.NotebookNode | None, *,
                    seed: int, sandbox: Sandbox, timeouts: Timeouts = Timeouts()) -> NotebookGrade:
     """Run the student's program in the sandbox and grade every check of `exercise` (hidden cases from `seed`)."""
@@ -145,8 +166,9 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                     kernel.kill(f"the notebook ran past its {timeouts.notebook:g} s limit")
                 name = _meta(cell).get("grade_id") if _meta(cell).get("grade") else None
                 if name in checks:
-                    outcomes[name] = _run_check(checks[name], student, kernel, seed)
-                    cell.outputs = _passed(name) if outcomes[name].passed else _failed(outcomes[name].message)
+                    reaches = student if kernel.alive() else _Gone(kernel.death or "the kernel ended")
+                    outcomes[name] = _run_check(checks[name], reaches, seed)
+                    cell.outputs = _outputs(outcomes[name])
                 elif kernel.alive():
                     done = kernel.execute(cell.source, min(timeouts.cell, max(0.0, deadline - time.monotonic())))
                     cell.outputs = done.outputs
@@ -156,25 +178,37 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                     if done.status in ("error", "timeout") and kernel.alive():
                         kernel.forget_last_error()
                 if kernel.death and kernel.death not in notes:
-                    notes.append(kernel.death)  # the checks after this point score 0
+                    notes.append(kernel.death)  # the checks after this point score 0 (unless skipped)
             enforced = sandbox.enforced(kernel.cgroups, kernel.uid)
     except KernelDied as error:
         notes.append(f"the notebook's kernel could not run: {error}")
         enforced = sandbox.enforced()
-    for name, check in checks.items():  # checks never reached: the kernel died or did not start
-        outcomes.setdefault(name, CheckOutcome(name, check.points, False,
-                                               f"not graded: {notes[-1] if notes else 'its cell was not run'}"))
+    for name, check in checks.items():  # checks never reached: the kernel did not start
+        if name not in outcomes:
+            outcomes[name] = _run_check(check, _Gone(notes[-1] if notes else "its cell was not run"), seed)
     return NotebookGrade(exercise, seed, outcomes, program, notes, enforced, time.monotonic() - start)
 
 
-def _run_check(check, student: KernelStudent, kernel: SandboxedKernel, seed: int) -> CheckOutcome:
-    if not kernel.alive():
-        return CheckOutcome(check.name, check.points, False, f"not graded: {kernel.death}")
+class _Gone(BridgeStudent):
+    """The student when the kernel is dead or never started: every call fails, saying why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def _reply(self, function: str, data: str, returns: str, profile: bool):
+        raise CheckFailure(f"not graded: {self.why}")
+
+
+def _run_check(check, student: BridgeStudent, seed: int) -> CheckOutcome:
+    """Visible, then hidden cases. Run even for a dead kernel: a check that cannot run on this machine
+    (needs a GPU) is skipped whatever the notebook did; any other fails at its first call."""
     try:
         for hidden in (False, True):
             result = checks_module.run(check, student, hidden=hidden, seed=seed)
             if not result.passed:
-                return CheckOutcome(check.name, check.points, False, result.message)
+                gone = isinstance(student, _Gone) and result.failed
+                return CheckOutcome(check.name, check.points, False,
+                                    f"not graded: {student.why}" if gone else result.message, skipped=result.skipped)
     except Exception as error:  # a bug in the check itself: never blame the student silently
         return CheckOutcome(check.name, check.points, False,
                             f"the check itself failed ({type(error).__name__}: {error}); tell your instructor")

@@ -128,3 +128,112 @@ CHIPS = {
 def chip(name: str) -> Chip:
     """Look a chip up by its full name."""
     return CHIPS[one_of("name", name, tuple(CHIPS))]
+
+
+# How a datasheet's peak is computed (an interview classic: "how is a GPU's xx TFLOPS figure
+# computed?"): count the units that do the math, multiply by what each does per clock, and by the
+# clock. A fused multiply-add counts as two FLOPs.
+
+
+@dataclass(frozen=True)
+class PeakFormula:
+    """Peak FLOP/s = units x parts per unit x FLOPs per part per clock x clock."""
+
+    units: int  # SMs on a GPU, cores on a CPU, TensorCores on a TPU
+    unit: str
+    parts: int  # the math units inside each: FP32 cores, Tensor Cores, FMA pipes, MXUs
+    part: str
+    flops_per_clock: int  # per part per clock; one FMA is 2
+    ghz: float  # the clock the vendor's figure assumes
+    note: str = ""
+
+    @property
+    def flops(self) -> float:
+        return self.units * self.parts * self.flops_per_clock * self.ghz * GIGA
+
+    def explain(self) -> str:
+        """The product written out, e.g. '132 SMs x 128 FP32 cores x 2 FLOP/clock x 1.98 GHz = 66.9 TFLOP/s'."""
+        return (f"{self.units} {self.unit} x {self.parts} {self.part} x {self.flops_per_clock} FLOP/clock"
+                f" x {self.ghz:g} GHz = {self.flops / TERA:,.1f} TFLOP/s")
+
+
+def _hopper_sxm() -> dict[str, PeakFormula]:
+    # NVIDIA H100 Tensor Core GPU Architecture whitepaper (v1.0x), Table 3 (H100 SXM5): 132 SMs, 128 FP32
+    # cores and 4 Tensor Cores per SM. The SXM5 figures imply two clocks: 1.98 GHz for the FP32/FP64 pipes
+    # and FP64 Tensor Core math, 1.83 GHz (the Tensor Core boost clock) for the low-precision Tensor Core math.
+    sm, tc, fp = 132, 4, 1.98
+    tensor = 1.83
+    return {
+        "fp32": PeakFormula(sm, "SMs", 128, "FP32 cores", 2, fp),
+        "fp64": PeakFormula(sm, "SMs", tc, "Tensor Cores", 64, fp, "FP64 Tensor Core: 32 FMA/clock per Tensor Core"),
+        "tf32": PeakFormula(sm, "SMs", tc, "Tensor Cores", 512, tensor),
+        "bf16": PeakFormula(sm, "SMs", tc, "Tensor Cores", 1024, tensor,
+                            "dense: 512 FMA/clock per Tensor Core, twice the A100's per SM per clock"),
+        "fp16": PeakFormula(sm, "SMs", tc, "Tensor Cores", 1024, tensor),
+        "fp8_e4m3": PeakFormula(sm, "SMs", tc, "Tensor Cores", 2048, tensor),
+        "fp8_e5m2": PeakFormula(sm, "SMs", tc, "Tensor Cores", 2048, tensor),
+        "int8": PeakFormula(sm, "SMs", tc, "Tensor Cores", 2048, tensor),
+    }
+
+
+PEAK_FORMULAS: dict[str, dict[str, PeakFormula]] = {
+    "NVIDIA H100 SXM5 80GB": _hopper_sxm(),
+    "NVIDIA H200 SXM 141GB": _hopper_sxm(),  # the same GH100 compute as the H100 SXM5
+    # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs, 64 FP32 cores and 4 Tensor Cores per SM,
+    # 256 dense FP16 FMA per Tensor Core per clock, 1.41 GHz boost.
+    "NVIDIA A100 SXM4 80GB": {
+        "fp32": PeakFormula(108, "SMs", 64, "FP32 cores", 2, 1.41),
+        "fp64": PeakFormula(108, "SMs", 4, "Tensor Cores", 32, 1.41, "FP64 Tensor Core: 16 FMA/clock per Tensor Core"),
+        "tf32": PeakFormula(108, "SMs", 4, "Tensor Cores", 256, 1.41),
+        "bf16": PeakFormula(108, "SMs", 4, "Tensor Cores", 512, 1.41),
+        "fp16": PeakFormula(108, "SMs", 4, "Tensor Cores", 512, 1.41),
+        "int8": PeakFormula(108, "SMs", 4, "Tensor Cores", 1024, 1.41),
+    },
+    # NVIDIA Ada GPU Architecture whitepaper, Appendix A: 128 SMs, 128 FP32 cores and 4 Tensor Cores per SM,
+    # 2.52 GHz boost; GeForce Tensor Cores accumulating in FP32 run at half their FP16-accumulate rate.
+    "NVIDIA GeForce RTX 4090": {
+        "fp32": PeakFormula(128, "SMs", 128, "FP32 cores", 2, 2.52),
+        "fp16": PeakFormula(128, "SMs", 4, "Tensor Cores", 128, 2.52, "FP32 accumulate (256 with FP16 accumulate)"),
+        "bf16": PeakFormula(128, "SMs", 4, "Tensor Cores", 128, 2.52, "FP32 accumulate"),
+    },
+    # Jouppi et al., ISCA 2023: 2 TensorCores per chip, 4 MXUs each, a 128 x 128 multiply-add array per MXU,
+    # 1050 MHz.
+    "Google TPU v4": {
+        "bf16": PeakFormula(2, "TensorCores", 4, "MXUs", 2 * 128 * 128, 1.05),
+        "int8": PeakFormula(2, "TensorCores", 4, "MXUs", 2 * 128 * 128, 1.05),
+    },
+    # The CPUs' figures are computed this way in the table above (see each Chip's derivation).
+    "AMD EPYC 9654 (Genoa, 96 cores)": {
+        "fp32": PeakFormula(96, "cores", 2, "256-bit FMA pipes", 16, 2.4),
+        "fp64": PeakFormula(96, "cores", 2, "256-bit FMA pipes", 8, 2.4),
+    },
+    "Intel Xeon Platinum 8480+ (Sapphire Rapids, 56 cores)": {
+        "fp32": PeakFormula(56, "cores", 2, "512-bit FMA units", 32, 2.0),
+        "fp64": PeakFormula(56, "cores", 2, "512-bit FMA units", 16, 2.0),
+    },
+}
+
+
+def peak_formula(name: str, dtype: str) -> PeakFormula:
+    """How `chip(name).peak(dtype)` comes about: units x parts x FLOPs per clock x clock."""
+    formulas = PEAK_FORMULAS[one_of("name", name, tuple(PEAK_FORMULAS))]
+    return formulas[one_of(f"dtype (for {name})", canonical(dtype), tuple(formulas))]
+
+
+# torch.cuda.get_device_name() -> the chip in the table. Only names that pin down one table entry:
+# an "NVIDIA H100 PCIe" or "NVIDIA A100-SXM4-40GB" has other peaks, and gets none.
+DEVICE_NAMES = {
+    "NVIDIA H100 80GB HBM3": "NVIDIA H100 SXM5 80GB",
+    "NVIDIA H100 SXM5 80GB": "NVIDIA H100 SXM5 80GB",
+    "NVIDIA H200": "NVIDIA H200 SXM 141GB",
+    "NVIDIA A100-SXM4-80GB": "NVIDIA A100 SXM4 80GB",
+    "NVIDIA GeForce RTX 4090": "NVIDIA GeForce RTX 4090",
+}
+
+
+def chip_for_device(device_name: str) -> Chip | None:
+    """The table's chip for a name as torch reports it (torch.cuda.get_device_name), or None if unknown."""
+    if not isinstance(device_name, str):
+        raise TypeError(f"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got {device_name!r}")
+    name = DEVICE_NAMES.get(device_name.strip())
+    return CHIPS[name] if name else None

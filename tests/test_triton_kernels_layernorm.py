@@ -1,0 +1,100 @@
+"""The Triton LayerNorm and RMSNorm reference: both kernels (row in registers, loop over blocks) match torch."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aisys import device
+from aisys.triton_kernels import layernorm
+from aisys.triton_kernels.layernorm import launch_config, layer_norm, rms_norm
+
+DEVICE = device.current()
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# (rtol, atol) against float64: a few units in the last place of float32, one of float16 and bfloat16.
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
+BLOCKS = [None, 32, 128]  # None: the row kernel where the row fits in one block; a number: the looping kernel
+
+
+def _data(shape, dtype, seed=0, offset=0.0):
+    g = torch.Generator().manual_seed(seed)
+    M, N = shape
+    x = (offset + torch.randn(shape, generator=g)).to(dtype).to(DEVICE)
+    w = (1 + 0.5 * torch.randn(N, generator=g)).to(dtype).to(DEVICE)
+    b = (0.5 * torch.randn(N, generator=g)).to(dtype).to(DEVICE)
+    return x, w, b
+
+
+def _close(out, expected, dtype, rtol=None, atol=None):
+    assert out.dtype == dtype and out.shape == expected.shape
+    r, a = TOL[dtype]
+    torch.testing.assert_close(out.double().cpu(), expected.cpu(), rtol=rtol or r, atol=atol or a)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 128), (4, 129), (2, 1000)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_matches_torch(block, shape, dtype):
+    x, w, b = _data(shape, dtype, seed=shape[1])
+    expected = F.layer_norm(x.double(), shape[1:], w.double(), b.double(), 1e-5)
+    _close(layer_norm(x, w, b, 1e-5, block=block), expected, dtype)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (4, 129), (2, 1000)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_matches_torch(block, shape, dtype):
+    x, w, _ = _data(shape, dtype, seed=shape[1], offset=0.5)
+    expected = F.rms_norm(x.double(), shape[1:], w.double(), 1e-6)
+    _close(rms_norm(x, w, 1e-6, block=block), expected, dtype)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_two_passes_stay_precise_around_a_large_mean(block):
+    x, w, b = _data((3, 1000), torch.float32, offset=1e4)  # E[x^2] - E[x]^2 would be noise of size ~8
+    expected = F.layer_norm(x.double(), (1000,), w.double(), b.double(), 1e-5)
+    _close(layer_norm(x, w, b, 1e-5, block=block), expected, torch.float32, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_constant_rows_give_the_bias(block):
+    x, w, b = _data((2, 9), torch.float32)
+    x[0], x[1] = 0.0, 3.0  # variance 0: 1 / sqrt(0 + eps) times distances of 0
+    y = layer_norm(x, w, b, 1e-5, block=block)
+    # 1e-3: on a GPU the mean of nine 3.0s is 3.0 only to an ulp, and that ulp is multiplied by 1/sqrt(eps)
+    torch.testing.assert_close(y, b.expand(2, 9), rtol=0, atol=1e-3)
+    assert rms_norm(torch.zeros_like(x), w, 1e-6, block=block).eq(0).all()
+
+
+def test_no_rows_launches_nothing():
+    x, w, b = _data((0, 7), torch.float32)
+    assert layer_norm(x, w, b).shape == (0, 7) and rms_norm(x, w).shape == (0, 7)
+
+
+def test_launch_config_picks_the_row_kernel_while_the_row_fits():
+    assert launch_config(4096, 2) == ("row", 4096, 8)
+    assert launch_config(5000, 4) == ("row", 8192, 16)
+    assert launch_config(16384, 4) == ("row", 16384, 16)
+    assert launch_config(32768, 2) == ("row", 32768, 32)
+    assert launch_config(16385, 4) == ("loop", layernorm.LOOP_BLOCK, 8)
+    assert launch_config(7, 4) == ("row", 8, 1)
+    assert launch_config(7, 4, block=4) == ("loop", 4, 1)
+    assert launch_config(1000, 4, block=256) == ("loop", 256, 2)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x, w, b: layer_norm(x.numpy(), w, b), "x must be a torch.Tensor"),
+    (lambda x, w, b: layer_norm(x[0], w, b), "x must be a 2-D tensor"),
+    (lambda x, w, b: layer_norm(x, w[:3], b), r"weight must have shape \(7,\)"),
+    (lambda x, w, b: layer_norm(x, w, b.double()), "bias must have dtype float32, float16 or bfloat16"),
+    (lambda x, w, b: layer_norm(x, w, b.half()), "bias must have x's dtype"),
+    (lambda x, w, b: layer_norm(x, w, b, eps=-1.0), "eps must be a number >= 0"),
+    (lambda x, w, b: layer_norm(x, w, b, block=6), "block must be a power of two"),
+    (lambda x, w, b: rms_norm(x, w.reshape(1, 7)), "weight must be a 1-D tensor"),
+    (lambda x, w, b: layer_norm(x[:, :0], w[:0], b[:0]), "x must have at least one column"),
+])
+def test_bad_arguments_are_named(call, message):
+    x, w, b = (t.cpu() for t in _data((2, 7), torch.float32))
+    if DEVICE == "cuda" and "torch.Tensor" not in message:
+        x, w, b = x.cuda(), w.cuda(), b.cuda()
+    with pytest.raises(ValueError, match=message):
+        call(x, w, b)
