@@ -1,7 +1,7 @@
 """Grade a chapter's solution notebooks through the sandboxed engine, for the record (e.g. on a GPU machine,
 where the student kernels' launches go to numba-cuda inside bubblewrap and profiled checks to the simulator).
 
-    python tests/gpu_grading_demo.py 02-gpu-programming     # needs bubblewrap (or AISYS_BWRAP)
+    python tests/gpu_grading_demo.py 02-gpu-programming [name]    # needs bubblewrap (or AISYS_BWRAP)
 """
 
 import sys
@@ -15,10 +15,10 @@ from aisys_grader.sandbox import Sandbox
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main(chapter: str) -> int:
+def main(chapter: str, name: str = "*") -> int:
     sandbox = Sandbox.create()
     failed = 0
-    for source in sorted((ROOT / "autograder" / "source" / chapter).glob("*.ipynb")):
+    for source in sorted((ROOT / "autograder" / "source" / chapter).glob(f"{name}.ipynb")):
         exercise = f"{chapter}/{source.stem}"
         handout = nbformat.read(ROOT / "exercises" / chapter / source.name, as_version=4)
         grade = grade_notebook(exercise, handout, nbformat.read(source, as_version=4), seed=20261121,
@@ -33,4 +33,4 @@ def main(chapter: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))

@@ -233,3 +233,14 @@ def test_grading_refuses_without_bubblewrap_unless_asked(monkeypatch):
     unsafe = Sandbox.create(allow_unsandboxed=True)
     assert not unsafe.sandboxed
     assert unsafe.enforced()["sandbox"].startswith("NONE")
+
+
+def test_a_result_larger_than_a_cells_output_limit_still_crosses_the_bridge():
+    """A 12 MB array (a 2000 x 1500 transpose, say) is a bridge reply, not cell output to cut."""
+    from aisys_grader.kernel import OUTPUT_LIMIT, KernelStudent, SandboxedKernel
+    from aisys_grader.sandbox import Sandbox
+
+    with SandboxedKernel(Sandbox.create()) as kernel:
+        kernel.execute("import numpy as np\ndef big(n):\n    return np.arange(n, dtype=np.float32)", timeout=60)
+        value = KernelStudent(kernel).call("big", 3_000_000, returns="array")
+    assert value.nbytes > 10 * OUTPUT_LIMIT and value[-1] == 2_999_999

@@ -153,7 +153,7 @@ class SandboxedKernel:
         start = time.monotonic()
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                      stop_on_error=False)
-        outputs, size, reply, idle = [], 0, None, False
+        outputs, size, replies, reply, idle = [], 0, 0, None, False
         while reply is None or not idle:
             if time.monotonic() - start > timeout:
                 return Execution("timeout", outputs, time.monotonic() - start)
@@ -170,6 +170,11 @@ class SandboxedKernel:
                     idle = True
                 elif kind == "clear_output":
                     outputs.clear()
+                elif kind == "display_data" and bridge.MIME in message["content"].get("data", {}):
+                    # a bridge reply: bounded by REPLY_LIMIT, not by what a cell may print
+                    replies += len(str(message["content"]))
+                    if replies <= REPLY_LIMIT:
+                        outputs.append(nbformat.v4.output_from_msg(message))
                 elif kind in ("stream", "display_data", "execute_result", "error"):
                     size += len(str(message["content"]))
                     if size <= OUTPUT_LIMIT:
