@@ -157,3 +157,9 @@ def test_exercise_ids_map_to_check_modules():
 def test_large_int64_arrays_compare_exactly_and_print_exactly():
     with pytest.raises(CheckFailure, match="expected 1152921504606846976, got 1152921504606846977"):
         assert_close(np.array([2**60 + 1]), np.array([2**60]), where="case 1")
+
+
+def test_tolerance_takes_the_short_names_exercises_use():
+    from aisys_grader.compare import tolerance
+    for short, long in (("fp32", "float32"), ("fp16", "float16"), ("bf16", "bfloat16")):
+        assert tolerance(short) == tolerance(long) != (0.0, 0.0)

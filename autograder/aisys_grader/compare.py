@@ -34,10 +34,13 @@ TOLERANCES = {
 }
 
 
+SHORT_NAMES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # as exercises say them
+
+
 def tolerance(dtype) -> tuple[float, float]:
-    """Default (rtol, atol) for a dtype name or numpy dtype; (0, 0) for exact types."""
+    """Default (rtol, atol) for a dtype name ("float16" or "fp16") or numpy dtype; (0, 0) for exact types."""
     name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    return TOLERANCES.get(name, (0.0, 0.0))
+    return TOLERANCES.get(SHORT_NAMES.get(name, name), (0.0, 0.0))
 
 
 def describe(value, limit: int = 6) -> str:

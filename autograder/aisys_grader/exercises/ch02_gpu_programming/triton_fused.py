@@ -9,7 +9,6 @@ rectangular both ways, so a bias indexed by row shows. The traffic functions
 are compared exactly with the reference's count.
 """
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -17,24 +16,16 @@ from aisys.triton_kernels import fused as reference
 
 from ...checks import check, compare_cases
 from ...compare import tolerance
+from ...low_precision import TORCH_DTYPES, rounded
 
 EXERCISE = "02-gpu-programming/triton_fused"
-
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-NUMPY_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # the keys of compare.TOLERANCES
-DTYPE_NAMES = tuple(TORCH_DTYPES)
-
-
-def _in_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values of `a` rounded to `dtype`: what the student's tensors will hold."""
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(TORCH_DTYPES[dtype]).float().numpy()
 
 
 def _case(rng, M, N, dtype) -> dict:
     # x + bias spread over [-6, 6], where GELU bends: exact and tanh GELU differ most near |t| = 2 to 3.
-    return {"x": _in_dtype(2 * rng.standard_normal((M, N)), dtype),
-            "bias": _in_dtype(rng.standard_normal(N), dtype),
-            "residual": _in_dtype(rng.standard_normal((M, N)), dtype), "dtype": dtype}
+    return {"x": rounded(2 * rng.standard_normal((M, N)), dtype),
+            "bias": rounded(rng.standard_normal(N), dtype),
+            "residual": rounded(rng.standard_normal((M, N)), dtype), "dtype": dtype}
 
 
 def _truth(x, bias, residual, dtype):
@@ -57,7 +48,7 @@ def bias_gelu_residual(student, rng, hidden):
     """bias_gelu_residual matches F.gelu(x + bias) + residual, exact GELU: ragged shapes, float32, float16, bfloat16."""
     cases = [_case(rng, M, N, dtype) for M, N, dtype in _shapes(rng, hidden)]
     for dtype in TORCH_DTYPES:
-        rtol, atol = tolerance(NUMPY_NAMES[dtype])
+        rtol, atol = tolerance(dtype)
         compare_cases(student, "bias_gelu_residual", [c for c in cases if c["dtype"] == dtype], _truth,
                       returns="array", hidden=hidden, rtol=rtol, atol=atol)
 
@@ -67,7 +58,7 @@ def traffic(student, rng, hidden):
     """unfused_bytes and fused_bytes count exactly the bytes of torch's three kernels and of the fused one."""
     if hidden:
         sizes = [(1, 1, "fp32"), (1, 768, "bf16"), (7, 1, "fp16"),
-                 (int(rng.integers(1, 10_000)), int(rng.integers(1, 20_000)), str(rng.choice(list(DTYPE_NAMES))))]
+                 (int(rng.integers(1, 10_000)), int(rng.integers(1, 20_000)), str(rng.choice(list(TORCH_DTYPES))))]
     else:
         sizes = [(4096, 4096, "fp32"), (8, 768, "bf16")]
     cases = [{"M": M, "N": N, "dtype": dtype} for M, N, dtype in sizes]

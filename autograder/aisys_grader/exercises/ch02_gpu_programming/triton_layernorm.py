@@ -18,11 +18,10 @@ import torch.nn.functional as F
 
 from ...checks import check, compare_cases
 from ...compare import tolerance
+from ...low_precision import TORCH_DTYPES, rounded
 
 EXERCISE = "02-gpu-programming/triton_layernorm"
 
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-NUMPY_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # the keys of compare.TOLERANCES
 EPS = 1e-5
 TINY_STD = 2e-3  # the spread of a "flat" row: variance 4e-6, below EPS
 LARGE_MEAN = 1e4
@@ -34,16 +33,11 @@ LARGE_MEAN_TOLERANCE = 1e-2
 FLAT_TOLERANCE = 1e-3
 
 
-def _in_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values of `a` rounded to `dtype`: what the student's tensors will hold."""
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(TORCH_DTYPES[dtype]).float().numpy()
-
-
 def _layer_norm_case(x, rng, dtype, block, eps=EPS) -> dict:
     N = x.shape[1]
     weight = 1 + 0.5 * rng.standard_normal(N)
     bias = 0.5 * rng.standard_normal(N)
-    return {"x": _in_dtype(x, dtype), "weight": _in_dtype(weight, dtype), "bias": _in_dtype(bias, dtype),
+    return {"x": rounded(x, dtype), "weight": rounded(weight, dtype), "bias": rounded(bias, dtype),
             "eps": eps, "dtype": dtype, "block": block}
 
 
@@ -70,7 +64,7 @@ def _compare_by_dtype(student, function, cases, truth, hidden, rtol=None, atol=N
     for dtype in TORCH_DTYPES:
         mine = [case for case in cases if case["dtype"] == dtype]
         if mine:
-            r, a = tolerance(NUMPY_NAMES[dtype])
+            r, a = tolerance(dtype)
             compare_cases(student, function, mine, truth, returns="array", hidden=hidden,
                           rtol=r if rtol is None else rtol, atol=a if atol is None else atol)
 
@@ -129,6 +123,6 @@ def rms_norm(student, rng, hidden):
         if hidden and M > 1:
             x[0] = 0  # rstd = 1 / sqrt(eps): y = 0, not NaN
         weight = 1 + 0.5 * rng.standard_normal(N)
-        cases.append({"x": _in_dtype(x, dtype), "weight": _in_dtype(weight, dtype), "eps": 1e-6, "dtype": dtype,
+        cases.append({"x": rounded(x, dtype), "weight": rounded(weight, dtype), "eps": 1e-6, "dtype": dtype,
                       "block": block})
     _compare_by_dtype(student, "rms_norm", cases, _true_rms_norm, hidden)

@@ -17,24 +17,14 @@ from aisys.triton_kernels import reduction as reference  # noqa: F401  the answe
 
 from ...checks import check
 from ...compare import CheckFailure, assert_close, describe, tolerance
+from ...low_precision import TORCH_DTYPES, as_sent
 
 EXERCISE = "02-gpu-programming/triton_reduction"
 
-DTYPES = ("fp32", "fp16", "bf16")
-TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-TOLERANCE = {"fp32": tolerance("float32"), "fp16": tolerance("float16"), "bf16": tolerance("bfloat16")}
+DTYPES = tuple(TORCH_DTYPES)
 EDGE_SIZES = (1, 7, 127, 128, 129, 1000)  # one element, either side of the notebook's BLOCK = 128, two passes
 BIG = 2**14 + 5  # three passes of BLOCK = 128: 129 programs, then 2, then 1
 EDGE_SHAPES = ((1, 1), (3, 1000), (4, 127), (4, 128), (2, 129), (5, 7))
-
-
-def _as_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
-    """Data of `dtype` as the student receives it: float32 or float16 arrays (bf16 values carried in float32)."""
-    if dtype == "fp16":
-        return values.astype(np.float16)
-    if dtype == "bf16":
-        return torch.from_numpy(values.astype(np.float32)).to(torch.bfloat16).float().numpy()
-    return values.astype(np.float32)
 
 
 def _values(rng, shape, kind: str) -> np.ndarray:
@@ -54,7 +44,7 @@ def _values(rng, shape, kind: str) -> np.ndarray:
 
 def _expected(reduce, x, dtype):
     """torch's answer in float64, rounded to `dtype` (as float32 for fp16 and bf16, which numpy or the bridge lack)."""
-    result = reduce(torch.from_numpy(np.asarray(x, np.float64))).to(TORCH[dtype])
+    result = reduce(torch.from_numpy(np.asarray(x, np.float64))).to(TORCH_DTYPES[dtype])
     return result.item() if result.ndim == 0 else result.float().numpy()
 
 
@@ -65,7 +55,7 @@ def _compare(student, function, cases, reduce, returns, hidden, hint):
         call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
         data, dtype = next(iter(case.values())), case["dtype"]
         expected = _expected(reduce, data, dtype)
-        rtol, atol = TOLERANCE[dtype]
+        rtol, atol = tolerance(dtype)
         try:
             got = student.call(function, returns=returns, **case)
         except CheckFailure as failure:
@@ -102,7 +92,7 @@ def _vector_cases(rng, hidden, kinds):
         sizes = [(n, dtype, kinds[int(rng.integers(len(kinds)))]) for n in EDGE_SIZES for dtype in DTYPES]
         sizes += [(int(rng.integers(2, 3000)), dtype, kind) for dtype in DTYPES for kind in kinds]
         sizes.append((BIG, "fp32", kinds[-1]))
-    return [{"x": _as_dtype(_values(rng, n, kind), dtype), "dtype": dtype} for n, dtype, kind in sizes]
+    return [{"x": as_sent(_values(rng, n, kind), dtype), "dtype": dtype} for n, dtype, kind in sizes]
 
 
 def _matrix_cases(rng, hidden, kinds):
@@ -117,7 +107,7 @@ def _matrix_cases(rng, hidden, kinds):
         a = _values(rng, shape, kind)
         if kind != "positive" and shape[0] > 1:
             a[-1] = -1 - np.abs(rng.standard_normal(shape[1]))  # a row of negative numbers in every matrix for max
-        cases.append({"a": _as_dtype(a, dtype), "dtype": dtype})
+        cases.append({"a": as_sent(a, dtype), "dtype": dtype})
     return cases
 
 
@@ -165,16 +155,16 @@ def _raises_value_error(student, function, why, **case):
 def empty_inputs(student, rng, hidden):
     """No elements: the sum is 0 (zeros for rows without columns), the maximum raises ValueError."""
     for dtype in DTYPES if hidden else ("fp32",):
-        empty = _as_dtype(np.zeros(0), dtype)
+        empty = as_sent(np.zeros(0), dtype)
         if (got := student.call("vector_sum", x=empty, dtype=dtype, returns="number")) != 0:
             raise CheckFailure(f"vector_sum of an empty {dtype} vector returned {got!r}; the sum of no elements is 0")
         _raises_value_error(student, "vector_max", "the maximum of no elements is undefined", x=empty, dtype=dtype)
         rows = int(rng.integers(1, 5)) if hidden else 3
-        no_cols = _as_dtype(np.zeros((rows, 0)), dtype)
+        no_cols = as_sent(np.zeros((rows, 0)), dtype)
         assert_close(student.call("row_sums", a=no_cols, dtype=dtype, returns="array"), np.zeros(rows, np.float32),
                      where=f"row_sums of a {dtype} matrix of shape {no_cols.shape}")
         _raises_value_error(student, "row_max", "the maximum of an empty row is undefined", a=no_cols, dtype=dtype)
-        no_rows = _as_dtype(np.zeros((0, 4)), dtype)
+        no_rows = as_sent(np.zeros((0, 4)), dtype)
         for function in ("row_sums", "row_max"):
             got = student.call(function, a=no_rows, dtype=dtype, returns="array")
             if got.shape != (0,):

@@ -23,29 +23,21 @@ from aisys.triton_kernels import softmax as reference  # noqa: F401  the answer 
 
 from ...checks import check
 from ...compare import CheckFailure, assert_close, describe, tolerance
+from ...low_precision import TORCH_DTYPES, as_sent
 
 EXERCISE = "02-gpu-programming/triton_softmax"
 
-DTYPES = ("fp32", "fp16", "bf16")
-TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-TOLERANCE = {"fp32": (1e-5, 1e-7), "fp16": tolerance("float16"), "bf16": tolerance("bfloat16")}
+DTYPES = tuple(TORCH_DTYPES)
+# fp32: rtol looser than compare.TOLERANCES (a GPU's exp is approximate), atol tighter (probabilities can be tiny)
+TOLERANCE = {"fp32": (1e-5, 1e-7), "fp16": tolerance("fp16"), "bf16": tolerance("bf16")}
 EDGE_COLS = (1, 7, 127, 128, 129, 1000)
 LARGE = 1e4
 STABLE_KINDS = ("near +1e4", "near -1e4", "uniform +-1e4", "some -inf", "leading -inf", "one finite", "all -inf")
 
 
-def _as_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
-    """Data of `dtype` as the student receives it: float32 or float16 arrays (bf16 values carried in float32)."""
-    if dtype == "fp16":
-        return values.astype(np.float16)
-    if dtype == "bf16":
-        return torch.from_numpy(values.astype(np.float32)).to(torch.bfloat16).float().numpy()
-    return values.astype(np.float32)
-
-
 def _expected(x, dtype, block=None):
     """torch.softmax over rows in float64, rounded to `dtype` (as float32: numpy has no bfloat16)."""
-    return torch.softmax(torch.from_numpy(np.asarray(x, np.float64)), dim=1).to(TORCH[dtype]).float().numpy()
+    return torch.softmax(torch.from_numpy(np.asarray(x, np.float64)), dim=1).to(TORCH_DTYPES[dtype]).float().numpy()
 
 
 def _row(rng, cols, kind, block):
@@ -130,7 +122,7 @@ def _cases(rng, hidden, kinds, online):
         plan += [((0, 5), "fp32", 16), ((3, 0), "bf16", 16)]
     cases = []
     for shape, dtype, block in plan:
-        case = {"x": _as_dtype(_matrix(rng, shape, kinds, block), dtype), "dtype": dtype}
+        case = {"x": as_sent(_matrix(rng, shape, kinds, block), dtype), "dtype": dtype}
         cases.append(dict(case, block=block) if online else case)
     return cases
 
