@@ -50,18 +50,22 @@ def _instructions(site, thread):
     return ids
 
 
+def _sorted(*columns):
+    """The order that sorts the rows of `columns`, and where in that order a new distinct row starts."""
+    order = np.lexsort(columns[::-1])
+    starts = np.zeros(len(order), bool)
+    starts[:1] = True
+    for c in columns:
+        sc = c[order]
+        starts[1:] |= sc[1:] != sc[:-1]
+    return order, starts
+
+
 def _distinct(*columns):
     """Mask of the first occurrence of each distinct row of `columns`."""
-    order = np.lexsort(columns[::-1])
-    keep = np.ones(len(order), bool)
-    if len(order) > 1:
-        same = np.ones(len(order) - 1, bool)
-        for c in columns:
-            sc = c[order]
-            same &= sc[1:] == sc[:-1]
-        keep[1:] = ~same
+    order, starts = _sorted(*columns)
     mask = np.zeros(len(order), bool)
-    mask[order] = keep
+    mask[order[starts]] = True
     return mask
 
 
@@ -128,14 +132,9 @@ def branches(records, counters: Counters):
 
 def _groups(*columns):
     """A group number per row: rows equal in every column share it."""
-    order = np.lexsort(columns[::-1])
-    change = np.zeros(len(order), bool)
-    change[0] = True
-    for c in columns:
-        sc = c[order]
-        change[1:] |= sc[1:] != sc[:-1]
+    order, starts = _sorted(*columns)
     ids = np.empty(len(order), np.int64)
-    ids[order] = np.cumsum(change) - 1
+    ids[order] = np.cumsum(starts) - 1
     return ids
 
 

@@ -337,6 +337,10 @@ class Dialect:
     shfl_up_sync = staticmethod(_collective("shfl_up_sync"))
     shfl_down_sync = staticmethod(_collective("shfl_down_sync"))
     shfl_xor_sync = staticmethod(_collective("shfl_xor_sync"))
+    all_sync = staticmethod(_collective("all_sync"))  # votes: (mask, predicate)
+    any_sync = staticmethod(_collective("any_sync"))
+    eq_sync = staticmethod(_collective("eq_sync"))
+    ballot_sync = staticmethod(_collective("ballot_sync"))
 
     @property
     def laneid(self):
@@ -376,26 +380,6 @@ class Dialect:
     def syncwarp(mask=0xFFFFFFFF):
         _in_kernel("syncwarp")
         scheduler.warp_collective(sys._getframe(1), "syncwarp", mask)
-
-    @staticmethod
-    def all_sync(mask, predicate):
-        _in_kernel("all_sync")
-        return scheduler.warp_collective(sys._getframe(1), "all_sync", mask, predicate)
-
-    @staticmethod
-    def any_sync(mask, predicate):
-        _in_kernel("any_sync")
-        return scheduler.warp_collective(sys._getframe(1), "any_sync", mask, predicate)
-
-    @staticmethod
-    def eq_sync(mask, predicate):
-        _in_kernel("eq_sync")
-        return scheduler.warp_collective(sys._getframe(1), "eq_sync", mask, predicate)
-
-    @staticmethod
-    def ballot_sync(mask, predicate):
-        _in_kernel("ballot_sync")
-        return scheduler.warp_collective(sys._getframe(1), "ballot_sync", mask, predicate)
 
     @staticmethod
     def activemask():
