@@ -5,6 +5,7 @@ The timed path needs a GPU; its test is skipped (never passed) without one.
 
 import contextlib
 import math
+import time
 
 import pytest
 import torch
@@ -253,3 +254,16 @@ def test_on_a_gpu_a_copy_runs_near_the_measured_copy_bandwidth_and_torch_sum_nea
     if clone.peak_bandwidth:
         assert clone.fraction_of_peak_bandwidth < 1.0
     assert "GB/s" in bench.table(rows)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_hosts_launch_overhead_is_not_timed():
+    def slow_host(x):  # 0.1 ms of Python before a kernel of a few microseconds
+        end = time.perf_counter() + 1e-4
+        while time.perf_counter() < end:
+            pass
+        return x + 1
+
+    tiny = Benchmark("slow host", slow_host, None, make_inputs=lambda n: torch.ones(n, device="cuda"))
+    (row,) = bench.measure([tiny], [1024], device="cuda", reps=10)
+    assert row.seconds < 5e-5, f"{row.seconds * 1e6:.0f} us: the host's 100 us were timed"

@@ -8,7 +8,8 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aisys-grader", description="Exercise notebooks and grading for aisys.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("generate", help="regenerate exercises/ and autograder/source/ from solutions/")
+    generate_parser = commands.add_parser("generate", help="regenerate exercises/ and autograder/source/ from solutions/")
+    generate_parser.add_argument("exercises", nargs="*", help="only these, as <chapter>/<name> (default: all)")
     grade = commands.add_parser("grade", help="grade a folder or zip of submissions (sandboxed, in parallel)")
     grade.add_argument("submissions", type=Path, help="a folder or zip: <student>/<assignment>/<notebook>.ipynb "
                                                       "(nbgrader's layout) or one <student>.ipynb per student")
@@ -26,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "generate":
         from .generate import ROOT, generate
 
-        for path in generate():
+        try:
+            written = generate(only=args.exercises or None)
+        except ValueError as error:
+            parser.exit(2, f"aisys-grader: error: {error}\n")
+        for path in written:
             print(path.relative_to(ROOT))
     elif args.command == "grade":
         from .autograde import needs_gpu_message

@@ -87,10 +87,16 @@ def _write(notebook, path: Path) -> Path:
     return path
 
 
-def generate(root: Path = ROOT, out: Path | None = None) -> list[Path]:
-    """Write every exercise's nbgrader source and student notebook under `out` (default: the repository)."""
+def generate(root: Path = ROOT, out: Path | None = None, only: list[str] | None = None) -> list[Path]:
+    """Write the nbgrader source and student notebook of every exercise (or of those in `only`, as
+    '<chapter>/<name>') under `out` (default: the repository)."""
     out = root if out is None else out
     exercises = exercise_ids(root)
+    unknown = sorted(set(only or ()) - set(exercises))
+    if unknown:
+        raise ValueError(f"only: no exercise {', '.join(unknown)}; exercises are '<chapter>/<name>' with a source "
+                         f"in solutions/, e.g. {exercises[0]}")
+    exercises = [e for e in exercises if only is None or e in only]
     written = []
     with tempfile.TemporaryDirectory() as scratch:
         course = Path(scratch)  # a throwaway course: nbgrader writes its release folder here

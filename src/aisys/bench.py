@@ -13,6 +13,9 @@ How one kernel is measured at one size, on a GPU:
 - each repetition is timed with CUDA events around the kernel alone, after an L2 flush: a
   buffer twice the L2 size is written (evicting whatever the last repetition left) and another
   is read (so the kernel does not pay to write the flush's dirty lines back to HBM);
+- a spin kernel of about 0.2 ms follows the flush (nvbench's "blocking kernel"), so the GPU is
+  still busy while Python launches the kernel: the time is the GPU's, not the host's launch
+  overhead, which a kernel of a few microseconds would otherwise never show past;
 - repetitions rotate among several input sets made by `make_inputs`, and the kernel and the
   baseline alternate, so both see the same inputs, flushes and clock state;
 - the row reports the median time and the interquartile spread, bytes / time and FLOPs / time
@@ -46,6 +49,9 @@ NO_GPU = "no GPU: timings are CPU wall-clock of the Triton interpreter, not a me
 TOLERANCES = {"float64": (1e-7, 1e-7), "float32": (1e-4, 1e-5), "float16": (2e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)}
 
 COPY_BYTES = 2**30  # the copy that measures this device's bandwidth: far larger than any L2
+# Clock cycles of the spin kernel that hides the host's launch overhead: 0.2 ms at 2 GHz, longer than a
+# Triton launch through an autotuner takes in Python (about 0.1 ms on an H100 host).
+BLOCKING_CYCLES = 400_000
 
 
 class NotAGPUWarning(UserWarning):
@@ -295,7 +301,8 @@ def _time_on_gpu(fns, input_sets, warmup, reps, flush) -> list[list[float]]:
     for r in range(reps):
         args = input_sets[r % len(input_sets)]
         for fn, pairs in zip(fns, events):
-            flush()  # also keeps the GPU busy while the host launches the kernel: no idle gap is timed
+            flush()
+            torch.cuda._sleep(BLOCKING_CYCLES)  # the GPU waits on this while the host launches fn: no idle gap is timed
             start, end = pairs[r]
             start.record()
             fn(*args)
@@ -451,8 +458,8 @@ def _header(rows) -> list[str]:
             lines.append(f"Copy bandwidth measured in this run (torch device-to-device copy, bytes read + written): "
                          f"{r.copy_bandwidth / 1e9:,.0f} GB/s.")
     r = rows[0]
-    lines.append(f"Times: median of {r.reps} repetitions (CUDA events; L2 flushed before each; {r.input_sets} input "
-                 "set(s) in rotation); IQR % = interquartile range / median.")
+    lines.append(f"Times: median of {r.reps} repetitions (CUDA events; L2 flushed before each; GPU kept busy while "
+                 f"the host launches; {r.input_sets} input set(s) in rotation); IQR % = interquartile range / median.")
     lines.append("vs baseline = baseline time / kernel time (above 1: the kernel is faster).")
     wrong = [f"{r.name} {r.size}" for r in rows if not r.correct]
     if wrong:

@@ -1,0 +1,1 @@
+"""Checks of chapter 3: Tensor Cores, GEMM and systolic arrays."""
