@@ -37,11 +37,20 @@ def slug(name: str) -> str:
 
 @contextlib.contextmanager
 def jobs_in(folder: Path):
-    """Grading jobs' folders under `folder`, so that the processes of exactly these jobs can be found."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tempfile, "tempdir", str(folder))
-        yield str(folder)
+    """Grading jobs' folders in a fresh folder, so that the processes of exactly these jobs can be found.
+
+    The folder is a short one under /tmp, linked from `folder`: a kernel's ZMQ sockets live in its job
+    folder, and a unix socket's path holds at most 107 bytes (pytest's own paths grow past that).
+    """
+    short = Path(tempfile.mkdtemp(prefix="aisys-jobs-", dir="/tmp"))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.symlink_to(short)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(tempfile, "tempdir", str(short))
+            yield str(short)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def make_course(folder: Path, assignment: str = "01-architecture") -> Path:

@@ -241,3 +241,15 @@ def test_the_grade_command_says_which_exercises_need_a_gpu(monkeypatch, capsys, 
     assert cli.main(["grade", str(tmp_path), "--assignment", "99-grader"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == f"{NEEDS_GPU} (2 submissions not graded, nothing recorded for them)"
+
+
+@pytest.mark.parametrize("count, skipped", [(1, True), (2, False), (4, False)])
+def test_require_gpu_counts_gpus_for_collectives(monkeypatch, count, skipped):
+    monkeypatch.setenv("AISYS_DEVICE", "auto")
+    monkeypatch.setattr("aisys.device.gpu_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: count)
+    if skipped:
+        with pytest.raises(CheckSkipped, match=r"needs 2 GPUs \(found 1\)"):
+            require_gpu(gpus=2)
+    else:
+        require_gpu(gpus=2)

@@ -11,6 +11,7 @@ raises CheckFailure saying what is wrong otherwise. A check that needs a GPU cal
 
 import ast
 import importlib
+import importlib.util
 import os
 import secrets
 import statistics
@@ -95,6 +96,14 @@ def checks_for(exercise: str) -> dict[str, Check]:
     return _REGISTRY.get(exercise, {})
 
 
+def _module_or_parent(package: str, name: str) -> str:
+    """`package.name` when that is a module, else `package` (the name is a function or class in it)."""
+    try:
+        return f"{package}.{name}" if importlib.util.find_spec(f"{package}.{name}") else package
+    except ModuleNotFoundError:  # package is a module, not a package
+        return package
+
+
 def reference_modules(exercise: str) -> set[str]:
     """The aisys modules an exercise's checks import: its reference, which a grading kernel must not see.
 
@@ -106,10 +115,9 @@ def reference_modules(exercise: str) -> set[str]:
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names if alias.name.startswith("aisys.")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "aisys":
-                imported |= {f"aisys.{alias.name}" for alias in node.names}
-            elif node.module.startswith("aisys."):
-                imported.add(node.module)
+            if node.module == "aisys" or node.module.startswith("aisys."):
+                # `from aisys.collectives import ring` hides the module ring, not the package beside it
+                imported |= {_module_or_parent(node.module, alias.name) for alias in node.names}
     return imported - set(getattr(module, "STUDENT_MAY_IMPORT", ()))
 
 
@@ -135,8 +143,9 @@ def run(check: Check, student: Student, *, hidden: bool, seed: int | None = None
     return Result(check, hidden, True, "")
 
 
-def require_gpu(*, cupy: bool = False) -> None:
-    """Skip the calling check unless aisys runs on a CUDA GPU here (and, with `cupy`, CuPy can use it).
+def require_gpu(*, cupy: bool = False, gpus: int = 1) -> None:
+    """Skip the calling check unless aisys runs on a CUDA GPU here (with `cupy`, one CuPy can use;
+    with `gpus`, at least that many: one per rank of a collective over NCCL).
 
     Call it first thing in a check: it raises CheckSkipped, which `run` turns into a result that
     neither passes nor fails, the notebook prints as skipped, and the grading engine records no
@@ -154,6 +163,11 @@ def require_gpu(*, cupy: bool = False) -> None:
         raise CheckSkipped(f"needs a GPU ({why})")
     if cupy and (problem := cuda_c.cupy_problem()):
         raise CheckSkipped(f"needs a GPU with CuPy ({problem})")
+    if gpus > 1:
+        import torch
+
+        if (count := torch.cuda.device_count()) < gpus:
+            raise CheckSkipped(f"needs {gpus} GPUs (found {count})")
 
 
 def compare_timed(student: Student, function: str, make_case: Callable[[np.random.Generator], dict],

@@ -284,13 +284,14 @@ class KernelStudent(BridgeStudent):
         self.kernel = kernel
         self.call_timeout = call_timeout
 
-    def _reply(self, function: str, data: str, returns: str, profile: bool) -> tuple[dict | None, float]:
+    def _reply(self, function: str, data: str, returns: str, profile: bool,
+               ranks: dict | None = None) -> tuple[dict | None, float]:
         __tracebackhide__ = True
         if not self.kernel.alive():
             raise CheckFailure(f"`{function}` could not be called: {self.kernel.death}")
         nonce = secrets.token_hex(16)
         code = (f"__import__('aisys_grader.bridge', fromlist=['call']).call("
-                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r}, {profile!r})")
+                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r}, {profile!r}, {ranks!r})")
         done = self.kernel.execute(code, self.call_timeout)
         if done.status == "timeout":
             self.kernel.recover()

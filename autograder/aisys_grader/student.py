@@ -28,6 +28,19 @@ class Student(Protocol):
     def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
         """`call` with kernels run in the SIMT simulator: the value and one report (plain dict) per launch."""
 
+    def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
+                   timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
+        """Call the student's `function` on `world_size` real processes in one process group, case after case.
+
+        `cases[i][rank]` is the argument list of that rank in case i; numpy arrays arrive as torch
+        tensors (on GPU `rank` with NCCL). The result has one list per case that ran, of one dict
+        per rank: "value" (what it returned), "tensors" (its tensor arguments after the call, as
+        arrays), "messages" (the point-to-point messages it posted, see aisys.collectives.traffic;
+        a collective raises there) and "error" (None, or 'Type: message'). Cases stop after the
+        first one in which any rank raised. CheckFailure if the ranks died or hung (`timeout` bounds
+        each receive, `wall_timeout` the whole run), or `function` is missing or not implemented.
+        """
+
 
 def payload(args: tuple, kwargs: dict) -> str:
     """Arguments in the wire format: a fresh copy the student can neither mutate nor keep."""
@@ -83,6 +96,18 @@ class BridgeStudent:
         reply, _ = self._reply(function, payload(args, kwargs), returns, profile=True)
         return value_from_reply(function, reply, returns), launches_from_reply(function, reply)
 
+    def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
+                   timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
+        __tracebackhide__ = True
+        ranks = {"world_size": world_size, "backend": backend, "timeout": timeout, "wall_timeout": wall_timeout}
+        reply, _ = self._reply(function, payload((cases,), {}), "list", profile=False, ranks=ranks)
+        per_case = value_from_reply(function, reply, "list")
+        try:
+            return [[plain.require(outcome, "mapping", "a rank's outcome") for outcome in
+                     plain.require(case, "list", "a case's outcomes")] for case in per_case]
+        except plain.NotPlain as error:
+            raise CheckFailure(str(error)) from None
+
 
 class InProcessStudent(BridgeStudent):
     """Student code living in a namespace of this process (a notebook's globals)."""
@@ -90,7 +115,7 @@ class InProcessStudent(BridgeStudent):
     def __init__(self, namespace: dict):
         self.namespace = namespace
 
-    def _reply(self, function: str, data: str, returns: str, profile: bool) -> tuple[dict, float]:
+    def _reply(self, function: str, data: str, returns: str, profile: bool, ranks: dict | None = None):
         start = time.perf_counter()
-        reply = bridge.reply(self.namespace, function, data, returns, profile)
+        reply = bridge.reply(self.namespace, function, data, returns, profile, ranks)
         return reply, time.perf_counter() - start

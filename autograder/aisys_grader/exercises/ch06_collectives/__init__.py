@@ -1,0 +1,1 @@
+"""Checks of chapter 6: collective communication."""

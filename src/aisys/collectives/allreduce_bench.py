@@ -1,0 +1,142 @@
+"""The reference ring all-reduce against torch.distributed's all_reduce, timed on the same buffers in the same run.
+
+    rows = compare([2**10, 2**20], world_size=2)             # gloo on CPU
+    rows = compare(sweep("nccl"), world_size=2, backend="nccl")
+    print(table(rows))
+
+Each rank times both on one float32 buffer per size: warm-up runs, then for each repetition a
+dist.barrier, the operation, and the clock stopped once it is done (CUDA events on GPUs, started
+once the host has queued the operation, as nccl-tests' back-to-back iterations do; on CPU the
+wall clock). A rank's time is the median of
+its repetitions; a size's time is the slowest rank's, since an all-reduce is over when the last
+rank has the result. Bandwidths follow nccl-tests: algbw = bytes / time, busbw = algbw x 2(p-1)/p
+(aisys.collectives.busbw), comparable with one link's one-way bandwidth (aisys.interconnect).
+"""
+
+import statistics
+import time
+
+from .._validate import one_of, positive_int
+from .busbw import bus_bandwidth
+from .launch import BACKENDS, run_ranks
+
+KIB, MIB, GIB = 2**10, 2**20, 2**30
+HOST_HIDING_CYCLES = 4_000_000  # ~2 ms at the H200's 1.98 GHz: longer than the ring's host time
+ALGORITHMS = ("ring", "baseline")  # the reference ring (no size check), and dist.all_reduce
+
+
+def sweep(backend: str) -> list[int]:
+    """Message sizes in bytes: 1 KiB to 1 GiB in steps of 4 on GPUs, 1 KiB to 16 MiB on CPU."""
+    largest = GIB if one_of("backend", backend, BACKENDS) == "nccl" else 16 * MIB
+    sizes, size = [], KIB
+    while size <= largest:
+        sizes.append(size)
+        size *= 4
+    return sizes
+
+
+def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, warmup: int = 3,
+            timeout: float = 60.0) -> list[dict]:
+    """One row per size: seconds of the ring and of dist.all_reduce, their bus bandwidths, and whether they agree."""
+    sizes = [positive_int("sizes[i]", s) for s in sizes]
+    if any(s % 4 for s in sizes):
+        raise ValueError(f"sizes must be multiples of 4 bytes (float32 buffers), got {sizes}")
+    world_size, backend = positive_int("world_size", world_size), one_of("backend", backend, BACKENDS)
+    reps, warmup = positive_int("reps", reps), positive_int("warmup", warmup)
+    per_rank = run_ranks(_time_on_rank, world_size, [(sizes, reps, warmup, backend)] * world_size,
+                         backend=backend, timeout=timeout, wall_timeout=max(600.0, timeout))
+    device = per_rank[0]["device"]
+    rows = []
+    for i, nbytes in enumerate(sizes):
+        seconds = {name: max(rank["seconds"][name][i] for rank in per_rank) for name in ALGORITHMS}
+        busbw = {name: bus_bandwidth("all_reduce", nbytes, seconds[name], world_size) for name in ALGORITHMS}
+        rows.append({"bytes": nbytes, "world_size": world_size, "backend": backend, "device": device,
+                     "ring_seconds": seconds["ring"], "baseline_seconds": seconds["baseline"],
+                     "ring_busbw": busbw["ring"], "baseline_busbw": busbw["baseline"],
+                     "ratio": busbw["ring"] / busbw["baseline"],
+                     "correct": all(rank["correct"][i] for rank in per_rank)})
+    return rows
+
+
+def _time_on_rank(sizes, reps, warmup, backend) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from . import ring
+
+    rank, p = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    algorithms = {"ring": lambda x: ring.all_reduce(x, check_sizes=False), "baseline": dist.all_reduce}
+    seconds = {name: [] for name in ALGORITHMS}
+    correct = []
+    for nbytes in sizes:
+        buffer = torch.empty(nbytes // 4, device=device)
+        agree = True
+        for name, algorithm in algorithms.items():
+            times = []
+            for _ in range(warmup + reps):
+                buffer.fill_(rank + 1)  # sums of small integers: exact in any order
+                times.append(_timed(algorithm, buffer, backend))
+            seconds[name].append(statistics.median(times[warmup:]))
+            agree = agree and bool((buffer == p * (p + 1) / 2).all())
+        correct.append(agree)
+    name = torch.cuda.get_device_name(rank) if backend == "nccl" else "CPU (gloo over loopback)"
+    return {"seconds": seconds, "correct": correct, "device": name}
+
+
+def _timed(algorithm, buffer, backend) -> float:
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()  # every rank starts together: a late rank would count as the others' waiting time
+    if backend != "nccl":
+        start = time.perf_counter()
+        algorithm(buffer)
+        return time.perf_counter() - start
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # The GPU spins while the host queues the algorithm's kernels (the ring's Python takes ~0.4 ms), so
+    # the events time the link and the kernels, not the host: what nccl-tests gets by running
+    # iterations back to back.
+    torch.cuda._sleep(HOST_HIDING_CYCLES)
+    start.record()
+    algorithm(buffer)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def link_for(device: str):
+    """The aisys.interconnect Link joining GPUs of this kind (torch's device name), or None (CPU, unknown GPU)."""
+    from ..hardware import chip_for_device
+    from ..interconnect import GPU_LINK, LINKS
+
+    chip = chip_for_device(device) if device.startswith("NVIDIA") else None
+    return LINKS[GPU_LINK[chip.name]] if chip and chip.name in GPU_LINK else None
+
+
+def size_label(nbytes: int) -> str:
+    for unit, name in ((GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")):
+        if nbytes >= unit and nbytes % unit == 0:
+            return f"{nbytes // unit} {name}"
+    return f"{nbytes} B"
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as a text table; 'of link' is the ring's busbw over the link's one-way bandwidth ('-' on CPU)."""
+    if not rows:
+        return "(no rows)"
+    link = link_for(rows[0]["device"])
+    baseline = "NCCL" if rows[0]["backend"] == "nccl" else "gloo"
+    headers = ["size", "ring ms", f"{baseline} ms", "ring busbw GB/s", f"{baseline} busbw GB/s", "ring/" + baseline,
+               "ring of link", "correct"]
+    body = [[size_label(r["bytes"]), f"{r['ring_seconds'] * 1e3:.3f}", f"{r['baseline_seconds'] * 1e3:.3f}",
+             f"{r['ring_busbw'] / 1e9:.2f}", f"{r['baseline_busbw'] / 1e9:.2f}", f"{r['ratio']:.2f}",
+             f"{r['ring_busbw'] / link.bandwidth:.0%}" if link else "-", "yes" if r["correct"] else "NO"]
+            for r in rows]
+    widths = [max(len(line[i]) for line in [headers, *body]) for i in range(len(headers))]
+    lines = [headers, ["-" * w for w in widths], *body]
+    text = "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                               enumerate(zip(line, widths))).rstrip() for line in lines)
+    where = f"{rows[0]['device']}, {rows[0]['world_size']} ranks"
+    return f"{where}" + (f"; link: {link.name}, {link.bandwidth / 1e9:.0f} GB/s one way" if link else "") + "\n" + text

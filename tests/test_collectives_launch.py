@@ -1,0 +1,244 @@
+"""The launcher and the traffic recorder: real processes that always finish, with what each rank did."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from aisys.collectives import traffic
+from aisys.collectives.launch import RanksFailed, run_ranks
+from aisys_grader import CheckFailure, InProcessStudent
+
+
+def shift_right(x):
+    """Each rank ends with its left neighbour's tensor: one isend, one recv."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    incoming = torch.empty_like(x)
+    request = dist.isend(x.clone(), (rank + 1) % p)
+    dist.recv(incoming, (rank - 1) % p)
+    request.wait()
+    x.copy_(incoming)
+
+
+def recorded_shift(x):
+    with traffic.record() as log:
+        shift_right(x)
+    return x, log.messages
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 5])
+def test_results_come_back_in_rank_order(world_size):
+    results = run_ranks(lambda: (dist.get_rank(), dist.get_world_size()), world_size)
+    assert results == [(rank, world_size) for rank in range(world_size)]
+
+
+def test_messages_are_recorded_with_peer_and_bytes_whatever_the_call_path():
+    from torch.distributed import isend  # imported before recording starts: still recorded
+
+    def both_paths(x):
+        rank = dist.get_rank()
+        with traffic.record() as log:
+            if rank == 0:
+                isend(x, 1).wait()
+                dist.batch_isend_irecv([dist.P2POp(dist.isend, x[:2].clone(), 1)])[0].wait()
+            else:
+                dist.recv(x, 0)
+                first = torch.empty(2, dtype=x.dtype)
+                dist.recv(first, 0)
+        return [(m.kind, m.peer, m.dtype, m.numel, m.nbytes) for m in log.messages]
+
+    sent, received = run_ranks(both_paths, 2, [(torch.arange(5, dtype=torch.float64),)] * 2)
+    assert sent == [("send", 1, "float64", 5, 40), ("send", 1, "float64", 2, 16)]
+    assert received == [("recv", 0, "float64", 5, 40), ("recv", 0, "float64", 2, 16)]
+
+
+def test_shift_moves_each_tensor_one_rank_and_records_one_message_each_way():
+    results = run_ranks(recorded_shift, 3, [(torch.full((4,), float(r)),) for r in range(3)])
+    for rank, (tensor, messages) in enumerate(results):
+        assert tensor.tolist() == [float((rank - 1) % 3)] * 4
+        assert [(m.kind, m.peer) for m in messages] == [("send", (rank + 1) % 3), ("recv", (rank - 1) % 3)]
+
+
+def test_a_collective_where_only_messages_are_allowed_fails_naming_it():
+    def cheat(x):
+        with traffic.record():
+            dist.all_reduce(x)
+
+    with pytest.raises(RanksFailed, match=r"dist\.all_reduce was called, but only point-to-point"):
+        run_ranks(cheat, 2, [(torch.ones(3),)] * 2)
+
+
+def test_collectives_are_logged_when_allowed_and_the_class_is_restored_after():
+    def allowed(x):
+        with traffic.record(allow_collectives=True) as log:
+            dist.all_reduce(x)
+        dist.barrier()  # after recording: the original method again
+        return x.tolist(), log.collectives
+
+    assert run_ranks(allowed, 2, [(torch.ones(2),)] * 2)[0] == ([2.0, 2.0], ["all_reduce"])
+
+
+def test_a_deadlock_fails_within_the_receive_timeout_on_every_rank():
+    def both_receive(x):
+        dist.recv(x, 1 - dist.get_rank())
+
+    start = time.monotonic()
+    with pytest.raises(RanksFailed) as failure:
+        run_ranks(both_receive, 2, [(torch.ones(1),)] * 2, timeout=1)
+    assert time.monotonic() - start < 6
+    assert [o.status for o in failure.value.outcomes] == ["raised", "raised"]
+    assert "Timed out" in str(failure.value)
+
+
+def test_a_rank_that_never_returns_is_stopped_at_the_wall_timeout_and_nothing_is_left(tmp_path):
+    def spin(folder):
+        (folder / str(os.getpid())).touch()
+        while True:
+            pass
+
+    start = time.monotonic()
+    with pytest.raises(RanksFailed, match="did not finish in time") as failure:
+        run_ranks(spin, 2, [(tmp_path,)] * 2, wall_timeout=1)
+    assert time.monotonic() - start < 5
+    assert {o.status for o in failure.value.outcomes} == {"stopped"}
+    pids = [p.name for p in tmp_path.iterdir()]
+    assert len(pids) == 2 and not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+
+
+def test_the_rank_that_failed_first_heads_the_message_not_its_peers():
+    def second_raises():
+        if dist.get_rank() == 1:
+            raise ValueError("tensor must be contiguous")
+        dist.recv(torch.empty(1), 1)
+
+    with pytest.raises(RanksFailed) as failure:
+        run_ranks(second_raises, 3)
+    headline = str(failure.value).splitlines()[0]
+    assert headline.startswith("rank 1 raised ValueError: tensor must be contiguous")
+    assert "second_raises" in headline  # where, in the learner's code
+
+
+def test_a_rank_that_exits_is_reported_as_died_with_its_code():
+    def exits():
+        if dist.get_rank() == 0:
+            os._exit(3)
+
+    with pytest.raises(RanksFailed, match=r"rank 0 died without a result \(exit code 3\)"):
+        run_ranks(exits, 2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"world_size": 0}, "world_size must be an integer >= 1"),
+    ({"world_size": 2, "args": [(1,)]}, "args must be a list of 2 argument tuples"),
+    ({"world_size": 2, "backend": "mpi"}, "backend must be one of"),
+    ({"world_size": 2, "timeout": 0}, "timeout must be a finite number > 0"),
+    ({"world_size": 2, "backend": "nccl"}, "needs one GPU per rank"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    if kwargs.get("backend") == "nccl" and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has the GPUs")
+    with pytest.raises(ValueError, match=message):
+        run_ranks(lambda *a: None, **kwargs)
+
+
+# --- the grader's side: student.call_ranks -------------------------------------------------------
+
+def ring_shift(x):
+    shift_right(x)
+
+
+def cheat(x):
+    dist.all_reduce(x)
+
+
+def not_yet(x):
+    raise NotImplementedError
+
+
+def raises_on_rank_one(x):
+    if dist.get_rank() == 1:
+        raise ValueError("bad input")
+    shift_right(x)
+
+
+def test_call_ranks_returns_each_rank_s_tensors_and_messages_case_by_case():
+    student = InProcessStudent(globals())
+    cases = [[(np.full(3, r, dtype=np.float32),) for r in range(4)],
+             [(np.arange(2, dtype=np.int64) + r,) for r in range(4)]]
+    outcomes = student.call_ranks("ring_shift", cases, world_size=4)
+    assert len(outcomes) == 2 and all(len(case) == 4 for case in outcomes)
+    for rank in range(4):
+        assert outcomes[0][rank]["tensors"][0].tolist() == [float((rank - 1) % 4)] * 3
+        assert outcomes[1][rank]["tensors"][0].dtype == np.int64
+        assert [(m["kind"], m["peer"]) for m in outcomes[0][rank]["messages"]] == \
+            [("send", (rank + 1) % 4), ("recv", (rank - 1) % 4)]
+        assert outcomes[0][rank]["error"] is None
+
+
+def test_call_ranks_stops_after_the_first_case_where_a_rank_raised():
+    student = InProcessStudent(globals())
+    case = [(np.ones(2, dtype=np.float32),) for _ in range(3)]
+    outcomes = student.call_ranks("raises_on_rank_one", [case, case], world_size=3)
+    assert len(outcomes) == 1
+    assert outcomes[0][1]["error"].startswith("ValueError: bad input")
+
+
+def test_call_ranks_reports_collectives_missing_and_unfinished_functions():
+    student = InProcessStudent(globals())
+    case = [[(np.ones(2, dtype=np.float32),) for _ in range(2)]]
+    assert "dist.all_reduce was called" in student.call_ranks("cheat", case, world_size=2)[0][0]["error"]
+    with pytest.raises(CheckFailure, match="not implemented yet"):
+        student.call_ranks("not_yet", case, world_size=2)
+    with pytest.raises(CheckFailure, match="is not defined"):
+        student.call_ranks("missing", case, world_size=2)
+
+
+def test_call_ranks_runs_real_processes_inside_the_grading_sandbox():
+    """Forked ranks inside bubblewrap talk over the sandbox's own loopback; a hang ends at the wall timeout."""
+    from aisys_grader.kernel import KernelStudent, SandboxedKernel
+    from aisys_grader.sandbox import Sandbox
+
+    source = ("import torch, torch.distributed as dist\n"
+              "def shift(x):\n"
+              "    r, p = dist.get_rank(), dist.get_world_size()\n"
+              "    y = torch.empty_like(x); q = dist.isend(x.clone(), (r + 1) % p)\n"
+              "    dist.recv(y, (r - 1) % p); q.wait(); x.copy_(y)\n"
+              "def spin(x):\n    while True: pass\n")
+    with SandboxedKernel(Sandbox.create()) as kernel:
+        assert kernel.execute(source, timeout=60).status == "ok"
+        student = KernelStudent(kernel)
+        outcomes = student.call_ranks("shift", [[(np.full(2, r, dtype=np.float64),) for r in range(5)]], world_size=5)
+        assert [o["tensors"][0][0] for o in outcomes[0]] == [4, 0, 1, 2, 3]
+        start = time.monotonic()
+        with pytest.raises(CheckFailure, match="did not finish in time"):
+            student.call_ranks("spin", [[(np.ones(1),)] * 2], world_size=2, wall_timeout=1)
+        assert time.monotonic() - start < 10
+
+
+def test_a_rank_that_could_not_join_the_group_is_started_again(monkeypatch, tmp_path):
+    from aisys.collectives import launch
+
+    join = launch._join
+
+    def fails_once(rank, *rest):
+        if rank == 1 and not (tmp_path / "failed").exists():
+            (tmp_path / "failed").touch()
+            raise RuntimeError("Gloo connectFullMesh failed: Connection closed by peer")
+        join(rank, *rest)
+
+    monkeypatch.setattr(launch, "_join", fails_once)
+    assert run_ranks(lambda: dist.get_rank(), 2) == [0, 1]
+
+
+def test_a_group_that_never_forms_fails_saying_so_after_a_few_starts(monkeypatch):
+    from aisys.collectives import launch
+
+    def never(*_):
+        raise RuntimeError("client socket has timed out")
+
+    monkeypatch.setattr(launch, "_join", never)
+    with pytest.raises(RanksFailed, match="could not join the process group: RuntimeError: client socket"):
+        run_ranks(lambda: None, 2)
