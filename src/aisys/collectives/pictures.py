@@ -67,10 +67,12 @@ def trace(collective, world_size: int, blocks: int | None = None, root: int = 0)
     buffers = [np.array([(j << p) + (1 << r) for j in range(blocks)], dtype=np.int64) for r in range(p)]
     kwargs = {"root": nonnegative_int("root", root)} if name in ROOTED else {}
     after = collective([b.copy() for b in buffers], **kwargs)  # op "sum", the default, keeps the sources readable
-    return [_decode(buffer, p) for buffer in buffers], [_decode(np.asarray(buffer), p) for buffer in after]
+    return [decode(buffer, p) for buffer in buffers], [decode(np.asarray(buffer), p) for buffer in after]
 
 
-def _decode(buffer: np.ndarray, p: int) -> list[Block | None]:
+def decode(buffer: np.ndarray, p: int) -> list[Block | None]:
+    """The blocks a buffer in `trace`'s encoding holds (block j of rank r is j * 2**p + 2**r); None where
+    an element is no sum of such blocks. ring_pictures reads its snapshots with it too."""
     row = []
     for value in np.asarray(buffer, dtype=np.int64).ravel().tolist():
         sources = tuple(r for r in range(p) if value >> r & 1)

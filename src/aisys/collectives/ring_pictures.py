@@ -24,7 +24,7 @@ def trace(world_size: int = 4) -> list[tuple[str, list]]:
     snapshots = run_ranks(_snapshots_on_rank, p)  # per rank: its tensor before and after each step
     titles = ["before"] + [f"reduce-scatter step {s + 1}" for s in range(p - 1)] + \
         [f"all-gather step {s + 1}" for s in range(p - 1)]
-    return [(title, [pictures._decode(snapshots[rank][i], p) for rank in range(p)])
+    return [(title, [pictures.decode(snapshots[rank][i], p) for rank in range(p)])
             for i, title in enumerate(titles)]
 
 
