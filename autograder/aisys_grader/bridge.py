@@ -57,8 +57,9 @@ def _cases_on_one_rank(target, cases: list, backend: str) -> list | str:
     import torch.distributed as dist
 
     from aisys.collectives import traffic
+    from aisys.collectives.launch import error_text, rank_device
 
-    device = torch.device("cuda", dist.get_rank()) if backend == "nccl" else torch.device("cpu")
+    device = rank_device(backend)
     outcomes = []
     for args in cases:
         tensors = [torch.from_numpy(a).to(device) if isinstance(a, np.ndarray) else a for a in args]
@@ -71,7 +72,6 @@ def _cases_on_one_rank(target, cases: list, backend: str) -> list | str:
         except NotImplementedError:
             return "not_implemented"
         except BaseException as error:  # SystemExit too: report it as this rank's outcome
-            from aisys.collectives.launch import error_text
             outcome["error"] = error_text(error)
         outcome["messages"] = [m.to_plain() for m in recorded.messages]
         outcomes.append(outcome)

@@ -18,7 +18,7 @@ import time
 
 from .._validate import one_of, positive_int
 from .busbw import bus_bandwidth
-from .launch import BACKENDS, run_ranks
+from .launch import BACKENDS, rank_device, run_ranks
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 HOST_HIDING_CYCLES = 4_000_000  # ~2 ms at the H200's 1.98 GHz: longer than the ring's host time
@@ -65,7 +65,7 @@ def _time_on_rank(sizes, reps, warmup, backend) -> dict:
     from . import ring
 
     rank, p = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    device = rank_device(backend)
     algorithms = {"ring": lambda x: ring.all_reduce(x, check_sizes=False), "baseline": dist.all_reduce}
     seconds = {name: [] for name in ALGORITHMS}
     correct = []

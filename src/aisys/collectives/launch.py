@@ -176,13 +176,26 @@ def _summary(outcomes: list[Outcome]) -> str:
     failed = [o for o in outcomes if o.status in ("raised", "died", "startup")]
     if not failed:
         return "the ranks did not finish in time (a deadlock?)"
-    first = next((o for o in failed if not is_consequence(o.error)), failed[0])
+    first = outcomes[first_cause([(o.rank, o.error) for o in failed])[0]]
     return first.describe() + (f" ({len(failed)} of {len(outcomes)} ranks failed)" if len(failed) > 1 else "")
 
 
 def is_consequence(error: str) -> bool:
     """Whether an error is what a rank sees when a peer failed first (it closed the connection)."""
     return "Connection closed by peer" in error or "Connection reset by peer" in error
+
+
+def first_cause(errors: list[tuple[int, str]]) -> tuple[int, str]:
+    """Of (rank, error) pairs in rank order, the first rank that failed on its own account; else the first."""
+    return next(((rank, error) for rank, error in errors if not is_consequence(error)), errors[0])
+
+
+def rank_device(backend: str):
+    """The device of this rank's tensors: GPU `rank` under NCCL (run_ranks gives each rank its own), else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    return torch.device("cuda", dist.get_rank()) if backend == "nccl" else torch.device("cpu")
 
 
 def _die_with_parent() -> None:

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from .._validate import one_of, positive_int
-from .launch import BACKENDS, run_ranks
+from .launch import BACKENDS, rank_device, run_ranks
 
 WARMUP = 2  # untimed runs per size: the first messages also set up connections and buffers
 
@@ -35,7 +35,7 @@ def _ping_pong_rank(sizes, repeats, backend):
     import torch
     import torch.distributed as dist
 
-    rank, device = dist.get_rank(), _device(backend)
+    rank, device = dist.get_rank(), rank_device(backend)
     medians = []
     for nbytes in sizes:
         buffer = torch.ones(nbytes, dtype=torch.uint8, device=device)
@@ -82,7 +82,7 @@ def _collective_rank(fn, sizes, repeats, backend, dtype):
     import torch
     import torch.distributed as dist
 
-    device = _device(backend)
+    device = rank_device(backend)
     medians = []
     for nbytes in sizes:
         tensor = torch.ones(nbytes // dtype.itemsize, dtype=dtype, device=device)
@@ -96,13 +96,6 @@ def _collective_rank(fn, sizes, repeats, backend, dtype):
                 seconds.append(time.perf_counter() - start)
         medians.append(statistics.median(seconds))
     return medians
-
-
-def _device(backend: str):
-    import torch
-    import torch.distributed as dist
-
-    return torch.device("cuda", dist.get_rank()) if backend == "nccl" else torch.device("cpu")
 
 
 def _synchronize(backend: str) -> None:

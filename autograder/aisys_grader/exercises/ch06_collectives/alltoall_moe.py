@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from aisys.collectives import alltoall as reference
-from aisys.collectives.launch import is_consequence
+from aisys.collectives.launch import first_cause
 
 from ...checks import check
 from ...compare import CheckFailure, assert_close
@@ -45,7 +45,7 @@ def _run(student, function: str, cases: list, labels: list[str], p: int) -> list
     for label, per_rank in zip(labels, outcomes):
         errors = [(rank, o["error"]) for rank, o in enumerate(per_rank) if o["error"]]
         if errors:
-            rank, error = next(((r, e) for r, e in errors if not is_consequence(e)), errors[0])
+            rank, error = first_cause(errors)
             raise CheckFailure(f"{label}: rank {rank} raised {error}{_error_hint(error)}")
     return outcomes
 

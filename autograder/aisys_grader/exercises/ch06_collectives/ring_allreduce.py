@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 
 from aisys.collectives import ring
-from aisys.collectives.launch import is_consequence
+from aisys.collectives.launch import first_cause
 
 from ...checks import check, require_gpu
 from ...compare import CheckFailure
@@ -214,9 +214,8 @@ def _check_world(function: str, student, p: int, cases: list[tuple[int, str]], r
         if i >= len(outcomes):
             raise CheckFailure(f"{where}: did not run (an earlier case failed)")
         errors = [(r, o["error"]) for r, o in enumerate(outcomes[i]) if o.get("error")]
-        errors.sort(key=lambda error: is_consequence(error[1]))  # the cause first: a peer that failed closes links
-        if errors:
-            raise CheckFailure(f"{where}: {_error_text(function, *errors[0])}")
+        if errors:  # the cause, not a peer that saw the failed rank close its links
+            raise CheckFailure(f"{where}: {_error_text(function, *first_cause(errors))}")
         bounds = ring.chunk_bounds(n, p)
         total = 0
         try:
