@@ -102,7 +102,7 @@ def _check_backend_usable(backend: str, world_size: int) -> None:
 
 def _launch(fn, world_size, args, backend, timeout, wall_timeout) -> list:
     """Start the ranks; start them again (at most STARTS times) when one failed to join the group."""
-    for start in range(STARTS):
+    for _ in range(STARTS):
         outcomes = _start(fn, world_size, args, backend, timeout, wall_timeout)
         if not any(o.status == "startup" for o in outcomes):
             break
@@ -127,7 +127,7 @@ def _start(fn, world_size, args, backend, timeout, wall_timeout) -> list[Outcome
                 child_end.close()
                 pipes.append(parent_end)
                 processes.append(process)
-            return _collect(pipes, processes, timeout, wall_timeout)
+            return _collect(pipes, processes, wall_timeout)
         finally:
             for process in processes:
                 if process.is_alive():
@@ -137,7 +137,7 @@ def _start(fn, world_size, args, backend, timeout, wall_timeout) -> list[Outcome
                 pipe.close()
 
 
-def _collect(pipes, processes, timeout, wall_timeout) -> list[Outcome]:
+def _collect(pipes, processes, wall_timeout) -> list[Outcome]:
     """Read each rank's one reply; stop the rest shortly after a failure, or all of them at the wall deadline."""
     outcomes: dict[int, Outcome] = {}
     deadline = time.monotonic() + wall_timeout

@@ -55,9 +55,6 @@ class Traffic:
     def sent(self) -> list[Message]:
         return [m for m in self.messages if m.kind == "send"]
 
-    def received(self) -> list[Message]:
-        return [m for m in self.messages if m.kind == "recv"]
-
     def bytes_sent(self) -> int:
         return sum(m.nbytes for m in self.sent())
 
