@@ -12,6 +12,13 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def dot_precision(dtype: torch.dtype) -> str | None:
+    """tl.dot's input_precision for inputs of `dtype`: "ieee" for float32, whose default on a GPU is TF32 (a 10-bit
+    mantissa: errors near 1e-3), so that a float32 kernel can be checked as tightly as on a CPU; else the default.
+    A constexpr argument of the kernel: Triton 3.6 ignores `default_dot_input_precision` given at launch."""
+    return "ieee" if dtype == torch.float32 else None
+
+
 def float_tensor(name: str, x, ndim: int) -> torch.Tensor:
     """`x` as a contiguous tensor: a float32, float16 or bfloat16 torch.Tensor of `ndim` dimensions on the device
     Triton runs on here; ValueError naming `name` otherwise."""

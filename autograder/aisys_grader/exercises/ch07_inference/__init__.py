@@ -1,0 +1,1 @@
+"""Checks of chapter 7: LLM inference."""

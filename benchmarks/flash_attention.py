@@ -1,0 +1,98 @@
+"""The Triton FlashAttention forward against torch's scaled_dot_product_attention on a GPU, as a fraction of peak.
+
+    PYTHONPATH=src python3 benchmarks/flash_attention.py [--json PATH]   # PATH for the rows; default /tmp/flash_attention.json
+
+Measured with aisys.bench (CUDA events, L2 flushed before each repetition, inputs in rotation, SDPA timed
+by the same code in the same run), BF16, q, k, v of shape (B, nh, T, hs) with B * T = 16384 tokens and
+nh * hs = 2048 (Llama-style heads: nh = 16 of 128, or nh = 32 of 64), for T = 1024 ... 16384, so that
+every size launches 2048 programs of 128 queries (15 per SM on an H100's 132), causal and not.
+
+FLOPs are 4 B nh T^2 hs (half when causal), as FlashAttention's papers count them (the exps left out), and
+the table gives them as a fraction of the device's dense BF16 Tensor Core peak (aisys.hardware: 989.4
+TFLOP/s on an H100 SXM); bytes are the minimum (q, k, v read once, O written once). Prints the table, the
+issue's target (FlashAttention >= 0.6x SDPA at T = 4096, hs = 128, BF16, causal and not) met or missed, and
+writes every row to PATH (the book reads book/07-inference/flash_attention_h200.json). On a CPU it runs
+each kernel once at tiny sizes in the Triton interpreter (float32), for correctness only: no GPU is
+measured, and the output says so.
+"""
+
+import argparse
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+
+import torch
+from aisys import bench, device
+from aisys.bench import Benchmark
+from aisys.inference.flash_attention import flash_attention_cost
+from aisys.triton_kernels import flash_attention as fa  # on a CPU: Triton's interpreter
+
+TOKENS = 16384  # B * T
+WIDTH = 2048  # nh * hs
+LENGTHS = [1024, 2048, 4096, 8192, 16384]
+HEAD_SIZES = [64, 128]
+TARGET = (4096, 128, 0.6)  # T, hs, least speed against SDPA
+
+
+def sizes(dev: str, head_size: int) -> list[tuple[int, int, int, int]]:
+    """(B, nh, T, hs) at GPU sizes on a GPU, tiny ones in the interpreter."""
+    if dev != "cuda":
+        return [(1, 2, 40, head_size), (2, 1, 17, head_size)]
+    return [(TOKENS // t, WIDTH // head_size, t, head_size) for t in LENGTHS]
+
+
+def benchmark(dev: str, head_size: int, causal: bool) -> Benchmark:
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32  # the interpreter's bf16 products are unreliable
+
+    def make(size):
+        batch, heads, t, hs = size
+        return tuple(torch.randn(batch, heads, t, hs, device=dev).to(dtype) for _ in range(3))
+
+    def cost(size):
+        return flash_attention_cost(*size, dtype="bf16" if dev == "cuda" else "fp32", causal=causal)
+
+    return Benchmark(f"flash hs{head_size} {'causal' if causal else 'full'}",
+                     lambda q, k, v: fa.flash_attention(q, k, v, causal=causal),
+                     lambda q, k, v: fa.sdpa(q, k, v, causal=causal),
+                     make_inputs=make, bytes=lambda s: cost(s).bytes, flops=lambda s: cost(s).flops, compute="bf16",
+                     atol=2e-2 if dev == "cuda" else None)
+
+
+def check_target(rows) -> list[str]:
+    """One line per row the issue's target is about: T = 4096, hs = 128."""
+    t, head_size, target = TARGET
+    lines = []
+    for r in rows:
+        if r.speedup is not None and r.size.endswith(f"x{t}x{head_size}"):
+            verdict = "met" if r.speedup >= target else "MISSED"
+            lines.append(f"{r.name:22} {r.size:>16}  {r.speedup:.2f}x SDPA (target >= {target:.2f}x): {verdict}")
+    return lines
+
+
+def main(path: Path) -> None:
+    if not path.parent.is_dir():
+        raise SystemExit(f"{path.parent} is not a folder: give a path in an existing folder for the rows")
+    dev = device.current()
+    print(device.describe())
+    warnings.simplefilter("ignore", bench.NotAGPUWarning)  # on a CPU the table says it in its first line
+    copy = bench.measure_copy_bandwidth() if dev == "cuda" else None
+    rows = []
+    for head_size in HEAD_SIZES:
+        for causal in (False, True):
+            rows += bench.measure(benchmark(dev, head_size, causal), sizes(dev, head_size), copy_bandwidth=copy)
+    print(bench.table(rows), flush=True)
+    if dev == "cuda":
+        print("\n== target (issue 8)\n" + "\n".join(check_target(rows)))
+    path.write_text(json.dumps({"device": device.describe(), "rows": [dataclasses.asdict(r) for r in rows]},
+                               indent=1))
+    print(f"rows: {path}")
+    wrong = [f"{r.name} {r.size}" for r in rows if not r.correct]
+    if wrong:
+        raise SystemExit("wrong output (differs from SDPA): " + ", ".join(wrong))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=Path("/tmp/flash_attention.json"), help="where to write the rows")
+    main(parser.parse_args().json)

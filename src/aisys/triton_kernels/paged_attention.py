@@ -1,0 +1,312 @@
+"""Decode attention over a paged KV cache in Triton: one query token per sequence, keys and values read once.
+
+The layout is vLLM's, as in `aisys.inference.paged_attention` (the numpy reference this kernel is tested
+against): `k_cache`, `v_cache` (num_blocks, block_size, nkv, hs), `block_tables` (B, max_blocks),
+`context_lens` (B,). Token t of sequence b is slot t % block_size of block block_tables[b, t // block_size].
+
+Decoding is memory-bound: each step reads every cached key and value of every sequence to do 2 FLOPs
+per element read (a multiply and an add, in q.k or p.v) per query head sharing it. The kernel is built so that
+each byte of K and V crosses the bus once:
+
+- **One program per (sequence, key/value head, partition).** With grouped-query attention the nh / nkv
+  query heads of a group read the same keys and values; one program holds all of them, so K and V are
+  read once per group, not once per query head (4x less traffic for Llama-3-8B's 32 / 8 heads).
+- **Tiles gathered through the block table.** A program walks its tokens BLOCK_N at a time; each token
+  looks up its block id, so one tile may span several 16-token blocks (or part of one 32-token block).
+  Within a token the hs values are contiguous (256 bytes in bf16): every row load is coalesced.
+- **Online softmax** (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022): a running max m and
+  sum l per query head; when a tile raises the max, the sum and the accumulated p.v are rescaled by
+  exp(m_old - m_new). Scores are kept in base 2 (scale * log2(e) folded in), so exp is one exp2.
+- **The group on Tensor Cores.** `tl.dot` needs at least 16 rows, and a group has 1 to 8 query heads:
+  the group is padded to 16 rows (padding rows load q = 0 and are never stored), as SGLang's grouped
+  decode kernel does. The padding multiplies the math by 16 / group, but at 2 bytes per element the
+  padded math is 16 FLOPs per byte of K/V in bf16, far left of the H100's ridge (~295 FLOP/byte): it
+  costs no time, while an elementwise multiply-and-sum over a (group, BLOCK_N, hs) block would hold
+  3-D tensors in registers and reduce across lanes.
+- **Split-K over the context** ("flash-decoding", Dao et al. 2023; vLLM's paged_attention_v2 with
+  partitions of 512 tokens): the context of each sequence is cut into partitions, one program each, so
+  that a small batch, or one long sequence among short ones, still spreads over every SM. Each program
+  writes its partial output (normalised by its own sum) and its log-sum-exp; a second kernel combines
+  a sequence's partitions: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse). The partials
+  are (B, nh, partitions, hs) in float32, about 2% of the K/V bytes at hs = 128 and group 4.
+
+Accumulation is float32 whatever the cache's dtype (float32, float16 or bfloat16); the probabilities are
+rounded to the cache's dtype before the p.v product, as FlashAttention does. The result has q's dtype.
+"""
+
+import heapq
+import math
+
+from aisys import device
+
+device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from aisys._validate import positive_int  # noqa: E402
+from aisys.inference.paged_attention import check_layout, check_paged_shapes  # noqa: E402
+
+from ._tensors import FLOAT_DTYPES, dot_precision, interpreted  # noqa: E402
+
+PARTITION_SIZE = 512  # tokens per split-K program, vLLM's paged_attention_v2 choice
+MIN_DOT = 16  # tl.dot's smallest dimension
+LOG2E = 1.4426950408889634
+
+
+def _config(block_n, warps, stages):
+    return triton.Config({"BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+
+
+# Shared memory per program is about num_stages x BLOCK_N x hs x 2 (K and V) x 2 bytes: 192 KiB for the largest
+# here at hs = 128 in bf16, within the H100's 227 KiB. More stages keep more loads in flight, which is what a
+# memory-bound kernel needs; the autotuner picks per (group, head size, block size, partition, dtype).
+GPU_CONFIGS = [
+    _config(32, 4, 3),
+    _config(64, 4, 2),
+    _config(64, 4, 3),
+    _config(64, 4, 4),
+    _config(64, 8, 3),
+    _config(128, 4, 2),
+    _config(128, 8, 3),
+]
+INTERPRETER_CONFIGS = [_config(16, 4, 1)]  # small tiles: the tests' contexts of a few blocks still take several
+
+
+def _fitting_configs(configs, named_args, **kwargs):
+    """Tiles no longer than a partition: a longer tile would load tokens the program then masks off."""
+    partition = {**named_args, **kwargs}["PARTITION"]  # constexprs come as keyword arguments
+    return [c for c in configs if c.kwargs["BLOCK_N"] <= partition] or configs[:1]
+
+
+@triton.autotune(configs=INTERPRETER_CONFIGS if interpreted() else GPU_CONFIGS,
+                 key=["GROUP_PAD", "HEAD_PAD", "BLOCK_SIZE", "PARTITION", "SPLIT"],
+                 prune_configs_by={"early_config_prune": _fitting_configs})
+@triton.jit
+def paged_decode_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, o_ptr, lse_ptr,
+                        qk_scale, group, head_size,
+                        stride_qb, stride_qh, stride_qd,
+                        stride_kn, stride_ks, stride_kh, stride_kd,
+                        stride_vn, stride_vs, stride_vh, stride_vd,
+                        stride_tb, stride_tn,
+                        stride_ob, stride_oh, stride_op, stride_od,
+                        stride_lb, stride_lh,
+                        BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, GROUP_PAD: tl.constexpr,
+                        HEAD_PAD: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+                        PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Attention of one sequence's query group (one kv head) over one partition of its context.
+
+    SPLIT: o is the (B, nh, partitions, hs) float32 partials and lse_ptr gets each head's log2-sum-exp;
+    otherwise o is the output (B, nh, hs) (stride_op unused) and the partition is the whole context."""
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    part = tl.program_id(2)
+    length = tl.load(lens_ptr + seq)
+    start = part * PARTITION
+    if start < length:  # partitions past this sequence's context (the grid is sized for the longest) do nothing
+        end = tl.minimum(start + PARTITION, length)
+        rows = tl.arange(0, GROUP_PAD)
+        heads = kv_head * group + rows
+        head_ok = rows < group
+        dims = tl.arange(0, HEAD_PAD)
+        dim_ok = dims < head_size
+        q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :] * stride_qd,
+                    mask=head_ok[:, None] & dim_ok[None, :], other=0.0)
+        if UPCAST:  # Triton's interpreter multiplies bfloat16 wrongly: give it float32 (exact for bf16 values)
+            q = q.to(tl.float32)
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max of the scores, base 2
+        l = tl.zeros([GROUP_PAD], tl.float32)  # running sum of 2^(score - m)
+        acc = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)  # running sum of 2^(score - m) * v
+        table = tables_ptr + seq * stride_tb
+        for tile in range(start, end, BLOCK_N):
+            tokens = tile + tl.arange(0, BLOCK_N)
+            token_ok = tokens < end
+            # int64: block * stride passes 2**31 elements in a cache of a few GB
+            blocks = tl.load(table + (tokens // BLOCK_SIZE) * stride_tn, mask=token_ok, other=0).to(tl.int64)
+            slots = tokens % BLOCK_SIZE
+            kv_ok = token_ok[:, None] & dim_ok[None, :]
+            k = tl.load(k_ptr + blocks[:, None] * stride_kn + slots[:, None] * stride_ks + kv_head * stride_kh
+                        + dims[None, :] * stride_kd, mask=kv_ok, other=0.0)
+            v = tl.load(v_ptr + blocks[:, None] * stride_vn + slots[:, None] * stride_vs + kv_head * stride_vh
+                        + dims[None, :] * stride_vd, mask=kv_ok, other=0.0)
+            if UPCAST:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # (GROUP_PAD, BLOCK_N)
+            scores = tl.where(token_ok[None, :], scores, float("-inf"))
+            # Every tile holds at least one real token, so m_new is finite and no exp2(-inf - -inf) arises.
+            m_new = tl.maximum(m, tl.max(scores, axis=1))
+            alpha = tl.math.exp2(m - m_new)  # rescales what was summed against the old max
+            p = tl.math.exp2(scores - m_new[:, None])
+            l = l * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m = m_new
+        out = acc / l[:, None]
+        tl.store(o_ptr + seq * stride_ob + heads[:, None] * stride_oh + part * stride_op + dims[None, :] * stride_od,
+                 out.to(o_ptr.dtype.element_ty), mask=head_ok[:, None] & dim_ok[None, :])
+        if SPLIT:
+            tl.store(lse_ptr + seq * stride_lb + heads * stride_lh + part, m + tl.math.log2(l), mask=head_ok)
+
+
+@triton.jit
+def combine_partitions_kernel(partial_ptr, lse_ptr, lens_ptr, out_ptr, head_size,
+                              stride_pb, stride_ph, stride_pp, stride_pd, stride_lb, stride_lh,
+                              stride_ob, stride_oh, stride_od,
+                              PARTITION: tl.constexpr, HEAD_PAD: tl.constexpr):
+    """out[seq, head] = the partials of its context's partitions, each weighted by its share 2^lse of the sum."""
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    parts = tl.cdiv(tl.load(lens_ptr + seq), PARTITION)  # only the partitions this sequence's context reaches
+    dims = tl.arange(0, HEAD_PAD)
+    dim_ok = dims < head_size
+    m = tl.full([], float("-inf"), tl.float32)
+    total = tl.zeros([], tl.float32)
+    acc = tl.zeros([HEAD_PAD], tl.float32)
+    for part in range(0, parts):
+        lse = tl.load(lse_ptr + seq * stride_lb + head * stride_lh + part)
+        o = tl.load(partial_ptr + seq * stride_pb + head * stride_ph + part * stride_pp + dims * stride_pd,
+                    mask=dim_ok, other=0.0)
+        m_new = tl.maximum(m, lse)
+        alpha = tl.math.exp2(m - m_new)
+        weight = tl.math.exp2(lse - m_new)
+        total = total * alpha + weight
+        acc = acc * alpha + weight * o
+        m = m_new
+    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims * stride_od,
+             (acc / total).to(out_ptr.dtype.element_ty), mask=dim_ok)
+
+
+def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor, *, scale: float | None = None,
+                           partition_size: int | None | str = "auto",
+                           max_context_len: int | None = None) -> torch.Tensor:
+    """(B, nh, hs): attention of each sequence's one new query over its paged context, as
+    `aisys.inference.paged_attention.paged_attention` computes it.
+
+    q (B, nh, hs); k_cache, v_cache (num_blocks, block_size, nkv, hs), one float dtype for all three;
+    block_tables (B, max_blocks) and context_lens (B,) int32, on the device Triton runs on here.
+    scale: default 1 / sqrt(hs). partition_size: tokens per split-K program, a power of two >= 16, None
+    for one program per (sequence, kv head) over its whole context, or "auto" (`auto_partition_size`).
+    max_context_len: at least the longest context (it sizes the grid). An engine knows it on the host; given it,
+    the tensors' contents are not read back (no device-to-host copy, no wait), and only their shapes,
+    dtypes and devices are checked. Left None, context_lens and block_tables are copied to the host and
+    every value is checked (a synchronisation with the GPU).
+    """
+    _check_tensors(q, k_cache, v_cache, block_tables, context_lens)
+    if max_context_len is None:
+        check_paged_shapes(q, k_cache, v_cache, block_tables.cpu().numpy(), context_lens.cpu().numpy())
+        max_context_len = int(context_lens.max()) if len(context_lens) else 1
+    else:
+        check_layout(q, k_cache, v_cache, block_tables, context_lens)
+        max_context_len = positive_int("max_context_len", max_context_len)
+    batch, n_heads, head_size = q.shape
+    _, block_size, n_kv_heads, _ = k_cache.shape
+    if max_context_len > block_tables.shape[1] * block_size:
+        raise ValueError(f"max_context_len = {max_context_len} does not fit block_tables' "
+                         f"{block_tables.shape[1]} blocks of {block_size} tokens")
+    scale = 1.0 / math.sqrt(head_size) if scale is None else float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale}")
+    if partition_size == "auto":
+        partition_size = auto_partition_size(batch, n_kv_heads, _sm_count(q.device))
+    parts = num_partitions(max_context_len, partition_size)
+    out = torch.empty_like(q)
+    if batch == 0:
+        return out
+    split = parts > 1
+    # Unsplit, the one partition is the whole context: rounded up to a power of two, so that contexts of
+    # similar length share one compiled kernel (the tiles stop at the context's end in any case).
+    partition = partition_size if split else triton.next_power_of_2(max_context_len)
+    group = n_heads // n_kv_heads
+    head_pad = max(MIN_DOT, triton.next_power_of_2(head_size))
+    if split:
+        partials = torch.empty((batch, n_heads, parts, head_size), dtype=torch.float32, device=q.device)
+        lse = torch.empty((batch, n_heads, parts), dtype=torch.float32, device=q.device)
+        o, o_strides, lse_strides = partials, partials.stride(), lse.stride()[:2]
+    else:  # the first kernel writes the output itself, and there is nothing to combine
+        o, lse = out, out  # lse is not written: SPLIT is off
+        o_strides, lse_strides = (out.stride(0), out.stride(1), 0, out.stride(2)), (0, 0)
+    paged_decode_kernel[(batch, n_kv_heads, parts)](
+        q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, group, head_size,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *o_strides, *lse_strides,
+        BLOCK_SIZE=block_size, PARTITION=partition, GROUP_PAD=max(MIN_DOT, triton.next_power_of_2(group)),
+        HEAD_PAD=head_pad, SPLIT=split, UPCAST=interpreted() and q.dtype == torch.bfloat16,
+        PRECISION=dot_precision(q.dtype))
+    if split:
+        combine_partitions_kernel[(batch, n_heads)](
+            partials, lse, context_lens, out, head_size, *partials.stride(), *lse.stride()[:2], *out.stride(),
+            PARTITION=partition, HEAD_PAD=head_pad)
+    return out
+
+
+def auto_partition_size(batch: int, n_kv_heads: int, sms: int) -> int | None:
+    """PARTITION_SIZE when one program per (sequence, kv head) would give the SMs fewer than two each, else None.
+
+    Measured on an H200 (132 SMs) with Llama-3-8B's heads at context 4096: unsplit, a batch of 1 (8 programs)
+    reads 5% of the copy bandwidth and split 20%; a batch of 64 (512 programs) reads 99% unsplit and 89%
+    split, the partials and the second kernel costing more than the SMs they would fill.
+    """
+    return None if batch * n_kv_heads >= 2 * sms else PARTITION_SIZE
+
+
+def _sm_count(dev: torch.device) -> int:
+    """SMs of the GPU; in the interpreter an H100's 132, so that a CPU takes the path an H100 would."""
+    return torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 132
+
+
+def num_partitions(max_context_len: int, partition_size: int | None = PARTITION_SIZE) -> int:
+    """How many split-K programs each (sequence, kv head) gets: enough partitions for the longest context."""
+    max_context_len = positive_int("max_context_len", max_context_len)
+    if partition_size is None:
+        return 1
+    partition_size = positive_int("partition_size", partition_size)
+    if partition_size < MIN_DOT or partition_size & (partition_size - 1):
+        raise ValueError(f"partition_size must be a power of two >= {MIN_DOT} (or None: no split), "
+                         f"got {partition_size}")
+    return -(-max_context_len // partition_size)
+
+
+def program_tokens(context_lens, n_kv_heads: int, partition_size: int | None = PARTITION_SIZE) -> list[int]:
+    """Tokens of K/V each program of the first kernel reads, in launch order (idle programs: 0)."""
+    lens = [positive_int("context_lens[i]", int(n)) for n in np.asarray(context_lens).reshape(-1)]
+    n_kv_heads = positive_int("n_kv_heads", n_kv_heads)
+    if not lens:
+        return []
+    parts = num_partitions(max(lens), partition_size)
+    size = max(lens) if parts == 1 else partition_size
+    return [max(0, min(size, n - p * size)) for n in lens for _ in range(n_kv_heads) for p in range(parts)]
+
+
+def sm_busy_fraction(work, sms: int) -> float:
+    """Share of `sms` x the run's duration spent working, when programs of the given `work` are handed, in
+    order, to whichever SM frees first (one at a time per SM; time proportional to work): 1.0 is no idle SM."""
+    sms = positive_int("sms", sms)
+    work = [float(w) for w in work]
+    if not work or sum(work) == 0:
+        raise ValueError("work must hold at least one program with work to do")
+    free_at = [0.0] * sms
+    for w in work:
+        heapq.heappush(free_at, heapq.heappop(free_at) + w)
+    return sum(work) / (sms * max(free_at))
+
+
+def _check_tensors(q, k_cache, v_cache, block_tables, context_lens) -> None:
+    """Kinds, dtypes and devices, each error naming the argument (shapes are check_paged_shapes' job)."""
+    wanted = "cpu" if interpreted() else "cuda"
+    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables),
+                    ("context_lens", context_lens)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.device.type != wanted:
+            mode = "in its interpreter" if wanted == "cpu" else "compiled for the GPU"
+            raise ValueError(f"{name} must be on {wanted}, where Triton runs here ({mode}); got a tensor on {x.device}")
+    if q.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"q must have dtype float32, float16 or bfloat16, got {q.dtype}")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
+    for name, x in (("block_tables", block_tables), ("context_lens", context_lens)):
+        if x.dtype != torch.int32:
+            raise ValueError(f"{name} must have dtype int32, got {x.dtype}")

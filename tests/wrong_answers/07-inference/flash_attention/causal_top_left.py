@@ -1,0 +1,47 @@
+"""Causal mask and tile schedule aligned top-left (query i sees keys j <= i): the same as bottom-right when
+Tq == Tk, wrong for a decode step or a prefill chunk, whose queries are the last Tq positions."""
+
+import math as _math
+
+FAILS = ["tile_pairs", "flash_attention_decode"]
+
+
+def tile_pairs(t_q, t_k, block_q, block_k, causal):
+    pairs = []
+    for i in range(_math.ceil(t_q / block_q)):
+        first_query, last_query = i * block_q, min((i + 1) * block_q, t_q) - 1
+        for j in range(_math.ceil(t_k / block_k)):
+            first_key, last_key = j * block_k, min((j + 1) * block_k, t_k) - 1
+            if not causal:
+                pairs.append((i, j, False))
+            elif first_key > last_query:
+                break
+            else:
+                pairs.append((i, j, last_key > first_query))
+    return pairs
+
+
+def flash_attention(q, k, v, causal, block_q, block_k):
+    dtype = np.promote_types(q.dtype, np.float32)  # noqa: F821
+    t_q, head_size = q.shape
+    t_k = k.shape[0]
+    q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
+    scale = dtype.type(1 / math.sqrt(head_size))  # noqa: F821
+    out = np.empty((t_q, head_size), dtype)  # noqa: F821
+    lse = np.empty(t_q, dtype)  # noqa: F821
+    states = {}
+    for i, j, masked in tile_pairs(t_q, t_k, block_q, block_k, causal):  # noqa: F821
+        rows = np.arange(i * block_q, min((i + 1) * block_q, t_q))  # noqa: F821
+        cols = np.arange(j * block_k, min((j + 1) * block_k, t_k))  # noqa: F821
+        scores = q[rows] @ k[cols].T * scale
+        if masked:
+            scores = np.where(cols[None, :] <= rows[:, None], scores, -np.inf)  # noqa: F821
+        empty = (np.full(len(rows), -np.inf, dtype), np.zeros(len(rows), dtype),  # noqa: F821
+                 np.zeros((len(rows), head_size), dtype))  # noqa: F821
+        states[i] = combine(*states.get(i, empty), *tile_state(scores, v[cols]))  # noqa: F821
+
+    for i, (m, l, acc) in states.items():  # noqa: E741
+        rows = slice(i * block_q, min((i + 1) * block_q, t_q))
+        out[rows] = acc / l[:, None]
+        lse[rows] = m + np.log(l)  # noqa: F821
+    return out.astype(q.dtype), lse
