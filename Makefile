@@ -33,8 +33,10 @@ build-book: $(BIN)/.installed book/node_modules/.installed
 serve:
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
 
+# One BLAS thread per process: pytest-xdist already runs a worker per core, and numpy's OpenBLAS threads
+# on top of them fight over the cores (the tiny model's small matrix products slowed down by 10x and more).
 test: $(BIN)/.installed book/node_modules/.installed
-	$(BIN)/python -m pytest -n auto --dist loadfile
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
 
 # Regenerate the student and nbgrader notebooks from solutions/ (never edit those by hand).
 exercises: $(BIN)/.installed

@@ -25,6 +25,11 @@ class OutOfBlocks(RuntimeError):
         self.needed, self.free = needed, free
 
 
+def blocks_for(tokens: int, block_size: int) -> int:
+    """Blocks that hold `tokens` tokens of keys and values: ceil(tokens / block_size)."""
+    return -(-tokens // block_size)
+
+
 class BlockManager:
     """Hands out the blocks of a KV cache pool to sequences, vLLM-style.
 
@@ -57,7 +62,7 @@ class BlockManager:
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold `num_tokens` tokens: ceil(num_tokens / block_size)."""
-        return -(-num_tokens // self.block_size)
+        return blocks_for(num_tokens, self.block_size)
 
     # ------------------------------------------------------------------------------------ questions
 

@@ -48,6 +48,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._validate import nonnegative_number, one_of, positive_int, positive_number
+from .paged import blocks_for
 
 POLICIES = ("static", "continuous", "chunked")
 
@@ -122,11 +123,6 @@ class Schedule:
     policy: str
     records: list[RequestRecord]
     steps: list[Step]
-
-
-def blocks_for(tokens: int, block_size: int) -> int:
-    """Blocks that hold `tokens` tokens of keys and values: ceil(tokens / block_size)."""
-    return -(-tokens // block_size)
 
 
 def linear_step_time(a: float, b: float) -> StepTime:
