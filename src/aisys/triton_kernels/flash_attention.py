@@ -24,6 +24,7 @@ Ragged lengths work through masks: key blocks past Tk load zeros and score -inf,
 are computed on zeros and never stored. Inputs float32, float16 or bfloat16 (one dtype), head size
 16, 32, 64 or 128 (`tl.dot` needs >= 16; a power of two for `tl.arange`). On a GPU BLOCK_M,
 BLOCK_N, num_warps and num_stages are autotuned per shape; the interpreter runs 16 x 16 tiles.
+Float32 inputs are multiplied in IEEE float32 (`_tensors.dot_precision`), not the GPU's default TF32.
 """
 
 from aisys import device

@@ -32,6 +32,7 @@ each byte of K and V crosses the bus once:
 
 Accumulation is float32 whatever the cache's dtype (float32, float16 or bfloat16); the probabilities are
 rounded to the cache's dtype before the p.v product, as FlashAttention does. The result has q's dtype.
+Float32 inputs are multiplied in IEEE float32 (`_tensors.dot_precision`), not the GPU's default TF32.
 """
 
 import heapq
