@@ -22,14 +22,20 @@ def dot_precision(dtype: torch.dtype) -> str | None:
 def float_tensor(name: str, x, ndim: int) -> torch.Tensor:
     """`x` as a contiguous tensor: a float32, float16 or bfloat16 torch.Tensor of `ndim` dimensions on the device
     Triton runs on here; ValueError naming `name` otherwise."""
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    tensor_on_triton_device(name, x)
     if x.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-D tensor, got shape {tuple(x.shape)}")
     if x.dtype not in FLOAT_DTYPES:
         raise ValueError(f"{name} must have dtype float32, float16 or bfloat16, got {x.dtype}")
+    return x.contiguous()
+
+
+def tensor_on_triton_device(name: str, x) -> None:
+    """ValueError naming `name` unless x is a torch.Tensor on the device Triton runs on here (the CPU in the
+    interpreter, else the GPU)."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     wanted = "cpu" if interpreted() else "cuda"
     if x.device.type != wanted:
         mode = "in its interpreter" if wanted == "cpu" else "compiled for the GPU"
         raise ValueError(f"{name} must be on {wanted}, where Triton runs here ({mode}); got a tensor on {x.device}")
-    return x.contiguous()

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from aisys.triton_kernels._tensors import interpreted  # noqa: E402
+from aisys.triton_kernels._tensors import interpreted, tensor_on_triton_device  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16)
 
@@ -96,17 +96,13 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """C = a @ b for 2-D float16 or bfloat16 tensors of one dtype, accumulated in float32, returned in that dtype."""
     for name, x in (("a", a), ("b", b)):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        tensor_on_triton_device(name, x)
         if x.ndim != 2:
             raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(x.shape)}")
         if x.dtype not in DTYPES:
             raise ValueError(f"{name} must be float16 or bfloat16 (Tensor Core inputs), got {x.dtype}")
         if x.numel() == 0:
             raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
-        wanted = "cpu" if interpreted() else "cuda"
-        if x.device.type != wanted:
-            raise ValueError(f"{name} must be on {wanted}, where Triton runs here; got a tensor on {x.device}")
     if a.dtype != b.dtype:
         raise ValueError(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
     if a.shape[1] != b.shape[0]:

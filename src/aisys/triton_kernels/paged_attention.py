@@ -50,7 +50,7 @@ import triton.language as tl  # noqa: E402
 from aisys._validate import positive_int  # noqa: E402
 from aisys.inference.paged_attention import check_layout, check_paged_shapes  # noqa: E402
 
-from ._tensors import FLOAT_DTYPES, dot_precision, interpreted  # noqa: E402
+from ._tensors import FLOAT_DTYPES, dot_precision, interpreted, tensor_on_triton_device  # noqa: E402
 
 PARTITION_SIZE = 512  # tokens per split-K program, vLLM's paged_attention_v2 choice
 MIN_DOT = 16  # tl.dot's smallest dimension
@@ -295,14 +295,9 @@ def sm_busy_fraction(work, sms: int) -> float:
 
 def _check_tensors(q, k_cache, v_cache, block_tables, context_lens) -> None:
     """Kinds, dtypes and devices, each error naming the argument (shapes are check_paged_shapes' job)."""
-    wanted = "cpu" if interpreted() else "cuda"
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables),
                     ("context_lens", context_lens)):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type != wanted:
-            mode = "in its interpreter" if wanted == "cpu" else "compiled for the GPU"
-            raise ValueError(f"{name} must be on {wanted}, where Triton runs here ({mode}); got a tensor on {x.device}")
+        tensor_on_triton_device(name, x)
     if q.dtype not in FLOAT_DTYPES:
         raise ValueError(f"q must have dtype float32, float16 or bfloat16, got {q.dtype}")
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
