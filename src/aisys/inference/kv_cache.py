@@ -13,8 +13,8 @@ import numpy as np
 
 from .._validate import nonnegative_int, nonnegative_number, positive_int, positive_number
 from ..dtypes import bytes_per_element
-from .attention import attention, softmax
-from .model import ModelConfig, Transformer
+from .attention import attention
+from .model import ModelConfig, Transformer, token_probabilities
 
 
 def kv_bytes_per_token(config: ModelConfig, dtype: str = "bf16") -> float:
@@ -140,9 +140,9 @@ def generate(model: Transformer, prompt, max_new_tokens: int, *, use_cache: bool
 
 
 def _choose(logits, temperature: float, rng) -> int:
+    probabilities = token_probabilities(logits, temperature)
     if temperature == 0:
-        return int(np.argmax(logits))
-    probabilities = softmax(np.asarray(logits, np.float64) / temperature)
+        return int(np.argmax(probabilities))
     return int(rng.choice(probabilities.size, p=probabilities))
 
 

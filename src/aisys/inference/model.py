@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validate import positive_int, positive_number
-from .attention import attention
+from .attention import attention, softmax
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,18 @@ class Transformer:
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < self.config.n_layers:
             raise ValueError(f"layer must be an integer in [0, {self.config.n_layers}), got {layer!r}")
         return int(layer)
+
+
+def token_probabilities(logits, temperature: float):
+    """Next-token distributions (..., V) from logits (..., V) at `temperature`, in float64.
+
+    Temperature 0 is greedy decoding: all the probability on the most likely token. Above 0,
+    softmax(logits / temperature): below 1 sharper than the model's own distribution, above 1 flatter.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    if temperature == 0:
+        return np.eye(logits.shape[-1])[logits.argmax(axis=-1)]
+    return softmax(logits / temperature, axis=-1)
 
 
 def rms_norm(x, gain, eps: float = 1e-5):

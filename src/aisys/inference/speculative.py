@@ -19,8 +19,7 @@ import math
 import numpy as np
 
 from .._validate import nonnegative_int, nonnegative_number, positive_int
-from .attention import softmax
-from .model import Transformer
+from .model import Transformer, token_probabilities
 
 PROBABILITY_SLACK = 1e-4  # how far from 1 a row of probabilities may sum (float32 softmax over 128k tokens)
 
@@ -135,10 +134,7 @@ def speculative_generate(target: Transformer, draft: Transformer, prompt, n: int
 
 def next_token_probs(model: Transformer, tokens: list[int], last: int, temperature: float) -> np.ndarray:
     """(last, V) next-token distributions at the last `last` positions of `tokens`, at `temperature`."""
-    logits = model.forward(tokens)[-last:].astype(np.float64)
-    if temperature == 0:  # greedy: all the probability on the most likely token
-        return np.eye(logits.shape[1])[logits.argmax(axis=1)]
-    return softmax(logits / temperature, axis=1)
+    return token_probabilities(model.forward(tokens)[-last:], temperature)
 
 
 def perturbed(model: Transformer, noise: float, *, seed: int = 1) -> Transformer:
