@@ -14,6 +14,7 @@ Token t of sequence b lives in block `block_tables[b, t // block_size]`, slot `t
 import numpy as np
 
 from .attention import attention
+from .paged import blocks_for
 
 
 def gather(cache, block_table, context_len: int):
@@ -46,7 +47,7 @@ def check_paged_shapes(q, k_cache, v_cache, block_tables, context_lens) -> None:
     num_blocks, block_size = k_cache.shape[:2]
     for b in range(q.shape[0]):
         length = int(context_lens[b])
-        needed = -(-length // block_size)
+        needed = blocks_for(length, block_size)
         if length < 1:
             raise ValueError(f"context_lens[{b}] must be >= 1 (the new token's own key is cached), got {length}")
         if needed > block_tables.shape[1]:

@@ -428,7 +428,7 @@ ATTENTION_HIDDEN = [
 
 def _attention_case(rng, batch, n_heads, n_kv_heads, head_size, block_size, lens, dtype) -> dict:
     """Blocks handed out in a random order (tables non-contiguous, interleaved) and padded with other blocks."""
-    needed = [-(-n // block_size) for n in lens]
+    needed = [reference.blocks_for(n, block_size) for n in lens]
     num_blocks = sum(needed) + 3
     max_blocks = max(needed) + int(rng.integers(0, 3))
     order = rng.permutation(num_blocks)
