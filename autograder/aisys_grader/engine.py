@@ -71,51 +71,73 @@ class NotebookGrade:
 
 
 def _meta(cell) -> dict:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
+    """A cell's nbgrader metadata; {} wherever the cell, its metadata or that part is not a mapping."""
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
     return meta if isinstance(meta, dict) else {}
+
+
+def _grade_id(cell) -> str | None:
+    grade_id = _meta(cell).get("grade_id")
+    return grade_id if isinstance(grade_id, str) else None
+
+
+def _code(cell) -> str | None:
+    """The source of a code cell (joined, if stored as a list of lines); None for any other or malformed cell."""
+    if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+        return None
+    source = cell.get("source")
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        source = "".join(source)
+    return source if isinstance(source, str) else None
 
 
 def _defined_functions(source: str) -> set[str]:
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: null bytes; deep nesting
         return set()
     return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
-def student_program(handout: nbformat.NotebookNode, submission: nbformat.NotebookNode | None) -> nbformat.NotebookNode:
-    """The handout with the submission's answers and extra cells in it (see the module docstring)."""
+def student_program(handout: nbformat.NotebookNode, submission) -> nbformat.NotebookNode:
+    """The handout with the submission's answers and extra cells in it (see the module docstring).
+
+    `submission` is whatever a notebook file decoded to: a malformed cell, a metadata field of the
+    wrong type or a source that is not text is ignored, never an error."""
     program = copy.deepcopy(handout)
-    if submission is None:
+    cells_in = submission.get("cells") if isinstance(submission, dict) else None
+    if not isinstance(cells_in, list):
         return program
-    template = {_meta(c).get("grade_id"): c for c in program.cells if _meta(c).get("grade_id")}
+    template = {_grade_id(c): c for c in program.cells if _grade_id(c)}
     solutions = {gid: c for gid, c in template.items() if _meta(c).get("solution")}
     wanted = {gid: _defined_functions(c.source) for gid, c in solutions.items()}
     locked_sources = {c.source.strip() for gid, c in template.items() if not _meta(c).get("solution")}
 
     answers, extras, anchor = {}, {}, None  # extras: grade_id of the cell they follow -> cells
-    for cell in submission.get("cells", []):
-        if cell.get("cell_type") != "code" or not isinstance(cell.get("source"), str):
+    for cell in cells_in:
+        source = _code(cell)
+        if source is None:
             continue
-        gid = _meta(cell).get("grade_id")
+        gid = _grade_id(cell)
         if gid in solutions and gid not in answers:
-            answers[gid] = cell.source
+            answers[gid] = source
             anchor = gid
             continue
-        if gid in template or cell.source.strip() in locked_sources:
+        if gid in template or source.strip() in locked_sources:
             anchor = gid if gid in template else anchor
             continue  # a locked or graded cell: restored from the handout, whatever it says now
-        defines = _defined_functions(cell.source)
+        defines = _defined_functions(source)
         match = next((g for g, names in wanted.items() if g not in answers and names and names <= defines), None)
         if match is not None:  # a solution cell whose metadata was stripped
-            answers[match] = cell.source
+            answers[match] = source
             anchor = match
         else:
-            extras.setdefault(anchor, []).append(cell.source)
+            extras.setdefault(anchor, []).append(source)
 
     cells = [nbformat.v4.new_code_cell(source) for source in extras.get(None, [])]
     for cell in program.cells:
-        gid = _meta(cell).get("grade_id")
+        gid = _grade_id(cell)
         if gid in answers:
             cell.source = answers[gid]
         cells.append(cell)
@@ -124,6 +146,14 @@ def student_program(handout: nbformat.NotebookNode, submission: nbformat.Noteboo
     for i, cell in enumerate(program.cells):
         cell.setdefault("id", f"student-{i:02d}")
     return program
+
+
+def _intake_note(submission) -> list[str]:
+    """The note the grader's intake left in the notebook's metadata (the file was not a notebook, say)."""
+    metadata = submission.get("metadata") if isinstance(submission, dict) else None
+    ours = metadata.get("aisys") if isinstance(metadata, dict) else None
+    note = ours.get("note") if isinstance(ours, dict) else None
+    return [note] if isinstance(note, str) else []
 
 
 def _passed(name: str) -> list:
@@ -154,7 +184,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
     if submission is None:
         notes = ["the submission could not be read; graded as the blank notebook"]
     else:
-        notes = [str(submission.metadata["aisys"]["note"])] if "note" in submission.metadata.get("aisys", {}) else []
+        notes = _intake_note(submission)
     deadline = start + timeouts.notebook
     try:
         with SandboxedKernel(sandbox, checks_module.reference_modules(exercise)) as kernel:
@@ -164,7 +194,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                     continue
                 if time.monotonic() > deadline and kernel.alive():
                     kernel.kill(f"the notebook ran past its {timeouts.notebook:g} s limit")
-                name = _meta(cell).get("grade_id") if _meta(cell).get("grade") else None
+                name = _grade_id(cell) if _meta(cell).get("grade") else None
                 if name in checks:
                     reaches = student if kernel.alive() else _Gone(kernel.death or "the kernel ended")
                     outcomes[name] = _run_check(checks[name], reaches, seed)
