@@ -208,7 +208,7 @@ def test_call_ranks_runs_real_processes_inside_the_grading_sandbox():
               "    dist.recv(y, (r - 1) % p); q.wait(); x.copy_(y)\n"
               "def spin(x):\n    while True: pass\n")
     with SandboxedKernel(Sandbox.create()) as kernel:
-        assert kernel.execute(source, timeout=60).status == "ok"
+        assert kernel.execute(source, 60).status == "ok"
         student = KernelStudent(kernel)
         outcomes = student.call_ranks("shift", [[(np.full(2, r, dtype=np.float64),) for r in range(5)]], world_size=5)
         assert [o["tensors"][0][0] for o in outcomes[0]] == [4, 0, 1, 2, 3]

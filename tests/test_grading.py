@@ -250,6 +250,6 @@ def test_a_result_larger_than_a_cells_output_limit_still_crosses_the_bridge():
     from aisys_grader.sandbox import Sandbox
 
     with SandboxedKernel(Sandbox.create()) as kernel:
-        kernel.execute("import numpy as np\ndef big(n):\n    return np.arange(n, dtype=np.float32)", timeout=60)
+        kernel.execute("import numpy as np\ndef big(n):\n    return np.arange(n, dtype=np.float32)", 60)
         value = KernelStudent(kernel).call("big", 3_000_000, returns="array")
     assert value.nbytes > 10 * OUTPUT_LIMIT and value[-1] == 2_999_999

@@ -21,16 +21,29 @@ from dataclasses import dataclass, field
 import nbformat
 from . import checks as checks_module
 from .compare import CheckFailure
-from .kernel import KernelDied, KernelStudent, SandboxedKernel
+from .kernel import WALL_FACTOR, Budget, KernelDied, KernelStudent, SandboxedKernel
 from .sandbox import Sandbox
 from .student import BridgeStudent
 
 
 @dataclass(frozen=True)
 class Timeouts:
+    """Time limits, on the job's clock: CPU seconds of the sandbox's processes where a cgroup counts them (each
+    limit then also cut at `wall_factor` times as long in wall time), else wall seconds (kernel.py)."""
+
     cell: float = 120  # one notebook cell
     call: float = 60  # one call of a student function by a check
     notebook: float = 900  # the whole notebook, checks included
+    wall_factor: float = WALL_FACTOR
+
+
+def _time_limits(timeouts: Timeouts, kernel: SandboxedKernel) -> str:
+    """The time limits as enforced, for the grade report."""
+    limits = f"{timeouts.cell:g} s a cell, {timeouts.call:g} s a call, {timeouts.notebook:g} s the notebook"
+    if kernel.metered:
+        return (f"{limits}, in CPU seconds of the job's processes (cgroup), each also cut at "
+                f"{timeouts.wall_factor:g}x in wall time")
+    return f"{limits}, in wall-clock seconds (no CPU-time counter here: a loaded machine makes them bite sooner)"
 
 
 @dataclass
@@ -185,31 +198,34 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
         notes = ["the submission could not be read; graded as the blank notebook"]
     else:
         notes = _intake_note(submission)
-    deadline = start + timeouts.notebook
     try:
         with SandboxedKernel(sandbox, checks_module.reference_modules(exercise)) as kernel:
-            student = KernelStudent(kernel, call_timeout=timeouts.call)
+            budget = Budget(kernel, timeouts.notebook, timeouts.wall_factor)
+            student = KernelStudent(kernel, call_timeout=timeouts.call, budget=budget)
             for cell in program.cells:
                 if cell.cell_type != "code":
                     continue
-                if time.monotonic() > deadline and kernel.alive():
-                    kernel.kill(f"the notebook ran past its {timeouts.notebook:g} s limit")
+                if budget.exhausted() and kernel.alive():
+                    kernel.kill(budget.why)
                 name = _grade_id(cell) if _meta(cell).get("grade") else None
                 if name in checks:
                     reaches = student if kernel.alive() else _Gone(kernel.death or "the kernel ended")
                     outcomes[name] = _run_check(checks[name], reaches, seed)
                     cell.outputs = _outputs(outcomes[name])
                 elif kernel.alive():
-                    done = kernel.execute(cell.source, min(timeouts.cell, max(0.0, deadline - time.monotonic())))
+                    done = kernel.execute(cell.source, *budget.allowance(timeouts.cell))
                     cell.outputs = done.outputs
-                    if done.status == "timeout":
+                    if done.status == "timeout" and budget.exhausted():
+                        kernel.kill(budget.why)
+                    elif done.status == "timeout":
                         kernel.recover()
                         cell.outputs.append(_failed("this cell ran past its time limit and was interrupted")[0])
                     if done.status in ("error", "timeout") and kernel.alive():
                         kernel.forget_last_error()
                 if kernel.death and kernel.death not in notes:
                     notes.append(kernel.death)  # the checks after this point score 0 (unless skipped)
-            enforced = sandbox.enforced(kernel.cgroups, kernel.uid)
+            enforced = {**sandbox.enforced(kernel.job.cgroups, kernel.job.uid), "time": _time_limits(timeouts, kernel)}
+        notes += kernel.job.notes
     except KernelDied as error:
         notes.append(f"the notebook's kernel could not run: {error}")
         enforced = sandbox.enforced()

@@ -1,38 +1,45 @@
 """A student's Jupyter kernel in the sandbox, and `KernelStudent`, the grader's side of the bridge.
 
 The kernel is a real ipykernel, so notebooks run as they do in JupyterLab (magics
-included). It talks to the grader over ZeroMQ IPC sockets in the job directory,
+included). It talks to the grader over ZeroMQ IPC sockets in the job's `ipc/` folder,
 the one place both sides can see (the sandbox has no network). Everything the
-kernel sends is untrusted: the grader reads only replies to its own requests,
-caps their size, and re-checks every value.
+kernel sends is untrusted: a message over MESSAGE_LIMIT is refused by ZeroMQ itself
+(and the kernel stopped), one that fails its signature check or does not decode is
+dropped, and the grader reads only replies to its own requests and re-checks every value.
+
+Time is measured on the job's clock: the CPU seconds of every process in the sandbox
+(its cgroup's counter) where there is one, so a loaded machine or a classmate graded
+alongside changes no verdict; each limit is also cut at `wall` seconds of wall time, for
+code that waits rather than computes. Without the counter, the clock is the wall clock.
 """
 
-import json
 import os
 import secrets
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty
 
-import aisys
 import nbformat
+import zmq
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from . import bridge
 from .compare import CheckFailure
-from .sandbox import Cgroups, Sandbox
+from .job import Job
+from .sandbox import Sandbox
 from .student import BridgeStudent
 
 PACKAGE = Path(__file__).resolve().parent
 OUTPUT_LIMIT = 1_000_000  # characters of output kept per cell; the rest is dropped with a note
-REPLY_LIMIT = 256 * 2**20  # bytes of one bridge reply
+REPLY_LIMIT = 64 * 2**20  # bytes of one bridge reply (a 2000 x 2300 float64 array is 49 MB of base64)
+MESSAGE_LIMIT = REPLY_LIMIT + 2**20  # bytes of any one message from the kernel, enforced by ZeroMQ
+KERNEL_CODE = {"__init__.py": PACKAGE / "shim.py", "bridge.py": PACKAGE / "bridge.py", "plain.py": PACKAGE / "plain.py"}
+# One thread for numpy's and torch's pools: a job's CPU time is then its work, and jobs share the cores evenly.
+THREADS = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+WALL_FACTOR = 2.0  # where the clock counts CPU seconds, a limit of s seconds is also cut at this many times s of wall
 
 
 class KernelDied(RuntimeError):
@@ -43,7 +50,7 @@ class KernelDied(RuntimeError):
 class Execution:
     status: str  # "ok", "error", "timeout" or "dead"
     outputs: list = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # on the job's clock
 
 
 class SandboxedKernel:
@@ -51,158 +58,157 @@ class SandboxedKernel:
 
     def __init__(self, sandbox: Sandbox, hidden_modules: set[str] = frozenset(), startup_timeout: float = 60):
         self.sandbox = sandbox
-        self.hidden_modules = hidden_modules
+        self.job = Job(sandbox, code=KERNEL_CODE, hidden_modules=hidden_modules, ipc=True)
         self.startup_timeout = startup_timeout
-        self.process: subprocess.Popen | None = None
         self.client: BlockingKernelClient | None = None
+        self.context: zmq.Context | None = None
+        self.monitors: list = []
         self.death: str | None = None  # why the kernel is gone, once it is
-        self.cgroups: Cgroups | None = None
-        self.uid: int | None = None
-        self.pid_namespace: str | None = None
+        self.dropped = 0  # messages dropped: bad signature, not decodable
 
     def __enter__(self):
-        self.root = Path(tempfile.mkdtemp(prefix="aisys-grade-"))
-        self.job = self.root / "job"
-        shim = self.root / "shim" / "aisys_grader"
-        for folder in (self.job / "home", shim):
-            folder.mkdir(parents=True)
-        shutil.copy(PACKAGE / "shim.py", shim / "__init__.py")
-        shutil.copy(PACKAGE / "bridge.py", shim / "bridge.py")
-        shutil.copy(PACKAGE / "plain.py", shim / "plain.py")
-        _copy_aisys(shim.parent / "aisys", self.hidden_modules)
-        self.cgroups = Cgroups(self.sandbox.limits) if self.sandbox.sandboxed else None
-        self.uid = self.sandbox.job_uid(self.cgroups)
-        if self.uid is not None:  # the job runs as this user: it owns the job folder, and only that
-            self.cgroups = None  # (it could not join root's cgroups)
-            os.chmod(self.root, 0o711)
-            for folder in (self.job, self.job / "home"):
-                os.chown(folder, self.uid, self.uid)
+        self.job.__enter__()
         try:
-            self._start(shim.parent)
+            self._start()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
-    def _environment(self, shim: Path) -> dict[str, str]:
+    @property
+    def metered(self) -> bool:
+        """Whether the job's clock counts CPU seconds (its cgroup's counter) rather than wall seconds."""
+        return self.job.cpu_seconds() is not None
+
+    @property
+    def unit(self) -> str:
+        return "CPU seconds" if self.metered else "seconds"
+
+    def clock(self) -> float:
+        """The job's clock: its processes' CPU seconds where metered, else wall seconds."""
+        seconds = self.job.cpu_seconds()
+        return time.monotonic() if seconds is None else seconds
+
+    def _environment(self) -> dict[str, str]:
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(self.job / "home"),
             # the shim's aisys_grader and aisys come first; then any package folders outside the installation
-            "PYTHONPATH": os.pathsep.join(map(str, [shim, *Sandbox.extra_python_paths()])),
+            "PYTHONPATH": ":".join(map(str, [self.job.shim, *Sandbox.extra_python_paths()])),
             "PYTHONDONTWRITEBYTECODE": "1",
             "MPLBACKEND": "Agg",
             "MPLCONFIGDIR": "/tmp/matplotlib",
             "LANG": "C.UTF-8",
+            **THREADS,
         }
         for name in ("AISYS_DEVICE", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES"):
             if name in os.environ:
                 env[name] = os.environ[name]
         return env
 
-    def _start(self, shim: Path) -> None:
-        connection = self.job / "kernel.json"
-        write_connection_file(str(connection), transport="ipc", ip=str(self.job / "zmq"),
+    def _start(self) -> None:
+        connection = self.job.ipc / "kernel.json"
+        write_connection_file(str(connection), transport="ipc", ip=str(self.job.ipc / "zmq"),
                               key=secrets.token_hex(32).encode())
-        if self.uid is not None:
-            os.chown(connection, self.uid, self.uid)
-        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(connection), "--HistoryManager.enabled=False"]
-        env = self._environment(shim)
-        self.log = open(self.root / "kernel.log", "wb")
-        if not self.sandbox.sandboxed:
-            self.process = subprocess.Popen(argv, cwd=self.job, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-        else:
-            info_read, info_write = os.pipe()  # bubblewrap reports the sandbox's first process here
-            try:
-                self.process = subprocess.Popen(
-                    self.sandbox.command(self.job, argv, shim, env, info_write), cwd=self.job,
-                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=self.log,
-                    stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(info_write,),
-                    user=self.uid, group=self.uid, extra_groups=[] if self.uid is not None else None,
-                    preexec_fn=self.sandbox.preexec(self.cgroups))
-            finally:
-                os.close(info_write)
-            with os.fdopen(info_read) as info:
-                self.pid_namespace = _pid_namespace(info.read())
-        self.client = BlockingKernelClient(connection_file=str(connection))
+        if self.job.uid is not None:
+            os.chown(connection, self.job.uid, self.job.uid)
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(connection),
+                "--HistoryManager.enabled=False"]
+        self.job.start(argv, self._environment())
+        self.context = zmq.Context()
+        self.context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_LIMIT)  # every socket of the client refuses larger ones
+        self.client = BlockingKernelClient(connection_file=str(connection), context=self.context)
         self.client.load_connection_file()
         self.client.start_channels()
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if not self.alive():
-                raise KernelDied(f"the kernel did not start:\n{self.startup_log()}")
+                raise KernelDied(f"the kernel did not start:\n{self.job.log()}")
             try:
                 self.client.wait_for_ready(timeout=1)
-                return
+                break
             except RuntimeError:
                 continue
-        raise KernelDied(f"the kernel did not answer within {self.startup_timeout:.0f} s:\n{self.startup_log()}")
-
-    def startup_log(self) -> str:
-        self.log.flush()
-        return (self.root / "kernel.log").read_text(errors="replace")[-3000:]
+        else:
+            raise KernelDied(f"the kernel did not answer within {self.startup_timeout:.0f} s:\n{self.job.log()}")
+        self.job.lock_ipc()
+        self.monitors = [channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                         for channel in (self.client.iopub_channel, self.client.shell_channel)]
 
     def alive(self) -> bool:
-        return self.death is None and self.process is not None and self.process.poll() is None
+        return self.death is None and self.job.alive()
 
-    def execute(self, code: str, timeout: float, silent: bool = False) -> Execution:
-        """Run code; outputs as nbformat outputs. On 'timeout' the kernel may still be busy: see `recover`."""
+    def _disconnected(self) -> bool:
+        """Whether the kernel's side closed a connection: a message over MESSAGE_LIMIT, or sockets it closed."""
+        return any(monitor.poll(0) for monitor in self.monitors)
+
+    def _message(self, channel, timeout: float):
+        """The next message of a channel, or None. One that fails its signature check or does not decode is
+        dropped: the kernel holds the signing key, so a signature says nothing but that it came from the kernel."""
+        try:
+            return channel.get_msg(timeout=timeout)
+        except Empty:
+            return None
+        except Exception:  # jupyter_client raises ValueError, TypeError, KeyError ... for a malformed message
+            self.dropped += 1
+            return None
+
+    def execute(self, code: str, seconds: float, wall: float | None = None, silent: bool = False) -> Execution:
+        """Run code for at most `seconds` on the job's clock and `wall` wall seconds (default: as many); outputs as
+        nbformat outputs. On 'timeout' the kernel may still be busy: see `recover`."""
         if not self.alive():
             return Execution("dead")
-        start = time.monotonic()
+        wall = seconds if wall is None else wall
+        start, start_wall = self.clock(), time.monotonic()
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                      stop_on_error=False)
         outputs, size, replies, reply, idle = [], 0, 0, None, False
         while reply is None or not idle:
-            if time.monotonic() - start > timeout:
-                return Execution("timeout", outputs, time.monotonic() - start)
+            if self.clock() - start > seconds or time.monotonic() - start_wall > wall:
+                return Execution("timeout", outputs, self.clock() - start)
             if not self.alive():
-                self.death = self.death or f"the kernel ended (exit status {self.process.poll()})"
-                return Execution("dead", outputs, time.monotonic() - start)
-            try:
-                message = self.client.get_iopub_msg(timeout=0.02)
-            except Empty:
-                message = None
-            if message and message["parent_header"].get("msg_id") == msg_id:
-                kind = message["msg_type"]
-                if kind == "status" and message["content"].get("execution_state") == "idle":
+                self.death = self.death or f"the kernel ended (exit status {self.job.process.poll()})"
+                return Execution("dead", outputs, self.clock() - start)
+            if self._disconnected():
+                self.kill(f"it sent a message larger than {MESSAGE_LIMIT // 2**20} MiB, or closed its connection "
+                          "to the grader")
+                return Execution("dead", outputs, self.clock() - start)
+            message = self._message(self.client.iopub_channel, 0.02)
+            if message is not None and _parent(message) == msg_id:
+                kind, content = message.get("msg_type"), _content(message)
+                if kind == "status" and content.get("execution_state") == "idle":
                     idle = True
                 elif kind == "clear_output":
                     outputs.clear()
-                elif kind == "display_data" and bridge.MIME in message["content"].get("data", {}):
+                elif kind == "display_data" and bridge.MIME in _mapping(content.get("data")):
                     # a bridge reply: bounded by REPLY_LIMIT, not by what a cell may print
-                    replies += len(str(message["content"]))
+                    replies += len(str(content))
                     if replies <= REPLY_LIMIT:
-                        outputs.append(nbformat.v4.output_from_msg(message))
+                        outputs += _output(message)
                 elif kind in ("stream", "display_data", "execute_result", "error"):
-                    size += len(str(message["content"]))
+                    size += len(str(content))
                     if size <= OUTPUT_LIMIT:
-                        outputs.append(nbformat.v4.output_from_msg(message))
+                        outputs += _output(message)
             if reply is None:
-                try:
-                    answer = self.client.get_shell_msg(timeout=0)
-                    if answer["parent_header"].get("msg_id") == msg_id:
-                        reply = answer
-                except Empty:
-                    pass
+                answer = self._message(self.client.shell_channel, 0)
+                if answer is not None and _parent(answer) == msg_id:
+                    reply = answer
         if size > OUTPUT_LIMIT:
             outputs.append(nbformat.v4.new_output("stream", name="stdout",
                                                   text=f"\n[output cut at {OUTPUT_LIMIT:,} characters]\n"))
-        failed = reply["content"].get("status") != "ok" or any(o.output_type == "error" for o in outputs)
-        return Execution("error" if failed else "ok", outputs, time.monotonic() - start)
+        failed = _content(reply).get("status") != "ok" or any(o.output_type == "error" for o in outputs)
+        return Execution("error" if failed else "ok", outputs, self.clock() - start)
 
     def forget_last_error(self) -> None:
         """Drop the references IPython keeps to the last exception: its frames may hold gigabytes
         (a MemoryError's list), and the rest of the notebook deserves that memory back."""
         self.execute("import gc, sys\nsys.last_traceback = sys.last_value = sys.last_exc = None\n"
-                     "get_ipython().last_execution_result = None\ngc.collect()", timeout=10, silent=True)
+                     "get_ipython().last_execution_result = None\ngc.collect()", 10, silent=True)
 
-    def recover(self, timeout: float = 5) -> bool:
+    def recover(self, seconds: float = 5) -> bool:
         """After a timeout: interrupt; if the kernel does not come back (SIGINT ignored), kill it."""
         if self.alive():
             self.client.control_channel.send(self.client.session.msg("interrupt_request", {}))
-            if self.execute("pass", timeout).status == "ok":
+            if self.execute("pass", seconds).status == "ok":
                 return True
         self.kill("it did not stop when interrupted")
         return False
@@ -210,79 +216,75 @@ class SandboxedKernel:
     def kill(self, why: str) -> None:
         """End the sandbox and every process in it, and wait until they are gone."""
         self.death = self.death or f"the kernel was stopped: {why}"
-        if self.process is not None and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait()
-        # The sandbox's PID namespace dies with its first process, but its members go asynchronously.
-        deadline = time.monotonic() + 10
-        while self.pid_namespace and time.monotonic() < deadline:
-            members = _processes_in(self.pid_namespace)
-            if not members:
-                break
-            for pid in members:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.02)
+        self.job.kill()
 
     def __exit__(self, *exc):
+        for monitor in self.monitors:
+            monitor.close(linger=0)
         if self.client is not None:
             self.client.stop_channels()
+        if self.context is not None:
+            self.context.destroy(linger=0)
         self.kill("grading finished")
-        if self.cgroups is not None:
-            time.sleep(0.05)
-            self.cgroups.close()
-        if getattr(self, "log", None):
-            self.log.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.job.__exit__(*exc)
         return False
 
 
-def _pid_namespace(info: str) -> str | None:
-    """The PID namespace of the sandbox, from bubblewrap's info JSON ({"child-pid": N, ...})."""
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _content(message) -> dict:
+    return _mapping(_mapping(message).get("content"))
+
+
+def _parent(message) -> str | None:
+    """The id of the request a message answers (None when the message does not say, or not as text)."""
+    msg_id = _mapping(_mapping(message).get("parent_header")).get("msg_id")
+    return msg_id if isinstance(msg_id, str) else None
+
+
+def _output(message) -> list:
+    """The message as a notebook output, or nothing when it does not make one."""
     try:
-        return os.readlink(f"/proc/{json.loads(info)['child-pid']}/ns/pid")
-    except (ValueError, KeyError, OSError):
-        return None
+        return [nbformat.v4.output_from_msg(message)]
+    except Exception:  # a malformed message from the kernel: KeyError, TypeError, ValueError ...
+        return []
 
 
-def _processes_in(namespace: str) -> list[int]:
-    """Live processes of a PID namespace; zombies are dead already and wait only for their reaper."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == namespace:
-                    with open(f"/proc/{entry.name}/stat") as stat:
-                        if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
+class Budget:
+    """The notebook's time limit: `seconds` on the job's clock and, for code that waits rather than computes,
+    WALL_FACTOR times as long in wall time (as long, where the job's clock is the wall clock)."""
 
+    def __init__(self, kernel: SandboxedKernel, seconds: float = float("inf"), wall_factor: float = WALL_FACTOR):
+        self.kernel, self.seconds = kernel, seconds
+        self.wall_factor = wall_factor if kernel.metered else 1.0
+        self.start, self.start_wall = kernel.clock(), time.monotonic()
 
-def _copy_aisys(target: Path, hidden_modules: set[str]) -> None:
-    """aisys without `hidden_modules` (dotted names): the references a student could otherwise just call."""
-    source = Path(aisys.__file__).resolve().parent
-    hidden = {source.joinpath(*name.split(".")[1:]) for name in hidden_modules}
+    def allowance(self, limit: float) -> tuple[float, float]:
+        """(seconds on the job's clock, wall seconds) for a step whose own limit is `limit`."""
+        left = self.seconds - (self.kernel.clock() - self.start)
+        wall_left = self.seconds * self.wall_factor - (time.monotonic() - self.start_wall)
+        return max(0.0, min(limit, left)), max(0.0, min(limit * self.wall_factor, wall_left))
 
-    def ignore(folder, names):
-        return [n for n in names if n == "__pycache__" or Path(folder, n).with_suffix("") in hidden
-                or Path(folder, n) in hidden]
+    def exhausted(self) -> bool:
+        return min(self.allowance(float("inf"))) <= 0
 
-    shutil.copytree(source, target, ignore=ignore)
+    @property
+    def why(self) -> str:
+        return f"the notebook ran past its limit of {self.seconds:g} {self.kernel.unit}"
 
 
 class KernelStudent(BridgeStudent):
-    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data."""
+    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data.
 
-    def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60):
+    Each call may take `call_timeout` seconds on the job's clock, or what is left of the notebook's
+    `budget` when that is less; a call cut by the notebook's limit stops the kernel."""
+
+    def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60, budget: Budget | None = None):
         self.kernel = kernel
         self.call_timeout = call_timeout
+        self.budget = budget or Budget(kernel)
 
     def _reply(self, function: str, data: str, returns: str, profile: bool,
                ranks: dict | None = None) -> tuple[dict | None, float]:
@@ -292,10 +294,13 @@ class KernelStudent(BridgeStudent):
         nonce = secrets.token_hex(16)
         code = (f"__import__('aisys_grader.bridge', fromlist=['call']).call("
                 f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r}, {profile!r}, {ranks!r})")
-        done = self.kernel.execute(code, self.call_timeout)
+        done = self.kernel.execute(code, *self.budget.allowance(self.call_timeout))
         if done.status == "timeout":
+            if self.budget.exhausted():
+                self.kernel.kill(self.budget.why)
+                raise CheckFailure(f"`{function}` was stopped: {self.kernel.death}")
             self.kernel.recover()
-            raise CheckFailure(f"`{function}` did not return within {self.call_timeout:g} s")
+            raise CheckFailure(f"`{function}` did not return within {self.call_timeout:g} {self.kernel.unit}")
         if done.status == "dead":
             raise CheckFailure(f"the kernel died while `{function}` ran: {self.kernel.death}")
         replies = [o.data[bridge.MIME] for o in done.outputs
