@@ -105,7 +105,8 @@ def test_gradebook_records_seed_sandbox_and_what_went_wrong(adversarial):
     runs = {s: records.recorded_run(db, "01-architecture", s, "roofline") for s in rows}
     assert all(run is not None for run in runs.values())
     assert len({run.seed for run in runs.values()}) == len(runs), "each student gets their own hidden inputs"
-    assert all(int(run.seed) == records.notebook_seed(seed, s, "roofline") for s, run in runs.items())
+    assert all(int(run.seed) == records.notebook_seed(seed, s, "roofline", run.submission_sha256)
+               for s, run in runs.items())
     report = json.loads(runs[slug("os._exit mid-notebook")].report)
     assert "bubblewrap" in report["enforced"]["sandbox"] and "NOT" not in report["enforced"]["processes"]
     assert any("kernel ended" in note for note in report["notes"])

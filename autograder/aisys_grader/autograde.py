@@ -76,7 +76,7 @@ def grade_submission(course: Path, assignment: str, student: str, notebook: str,
     A run with skipped checks is saved apart (`skipped_path`) and leaves any graded result as it was.
     """
     submitted = submitted_path(course, assignment, student, notebook)
-    seed = records.notebook_seed(assignment_seed, student, notebook)
+    seed = records.notebook_seed(assignment_seed, student, notebook, sha256(submitted))
     grade = grade_notebook(f"{assignment}/{notebook}", handout(course, assignment, notebook),
                            read_submission(submitted), seed=seed, sandbox=sandbox, timeouts=timeouts)
     result = _as_result(grade, key=_key(course, assignment, student, notebook, seed))
@@ -118,7 +118,8 @@ def cached_result(course: Path, assignment: str, student: str, notebook: str, as
     """
     if not submitted_path(course, assignment, student, notebook).exists():
         return None
-    seed = records.notebook_seed(assignment_seed, student, notebook)
+    seed = records.notebook_seed(assignment_seed, student, notebook,
+                                 sha256(submitted_path(course, assignment, student, notebook)))
     paths = [result_path(course, assignment, student, notebook)]
     paths += [skipped_path(course, assignment, student, notebook)] if skipped else []
     for path in paths:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import plain
-from .compare import CheckFailure, CheckSkipped, assert_close, describe
+from .compare import CheckFailure, CheckSkipped, assert_close, describe, redacted
 from .student import Student
 
 SEED_ENV = "AISYS_GRADING_SEED"  # the instructor's secret seed for hidden cases
@@ -135,7 +135,8 @@ def run(check: Check, student: Student, *, hidden: bool, seed: int | None = None
     """Run one check; a wrong answer is a failed Result, one that cannot run here a skipped Result
     ("skipped: needs a GPU (...)"), and a bug in the check itself propagates."""
     try:
-        check.function(student, rng_for(check, hidden, seed), hidden)
+        with redacted(hidden):
+            check.function(student, rng_for(check, hidden, seed), hidden)
     except CheckFailure as failure:
         return Result(check, hidden, False, str(failure))
     except CheckSkipped as skip:
@@ -175,17 +176,21 @@ def compare_timed(student: Student, function: str, make_case: Callable[[np.rando
                   slowdown: float = 10.0, allowance: float = 0.02) -> None:
     """Time `function` from the grader's side, on fresh inputs every repetition, against `reference`.
 
-    Fresh inputs defeat memoising; every result must also be right. Passes when the median
-    time is within `slowdown` times the reference's median plus `allowance` seconds (which
-    covers carrying the inputs across the bridge): when most runs are not over that budget.
+    Fresh inputs defeat memoising; every result must also be right. Both sides are timed on the
+    same kind of clock: CPU seconds where the grader can count the student's (see
+    `Student.cpu_clock`), so neither a busy machine nor a classmate graded alongside changes the
+    verdict; else wall seconds. Passes when the median time is within `slowdown` times the
+    reference's median plus `allowance` seconds (which covers carrying the inputs across the
+    bridge): when most runs are not over that budget.
     """
     __tracebackhide__ = True
+    clock, unit = (time.process_time, "CPU ms") if student.cpu_clock else (time.perf_counter, "ms")
     cases = [make_case(rng) for _ in range(repeats)]
     expected, theirs = [], []
     for case in cases:
-        start = time.perf_counter()
+        start = clock()
         expected.append(plain.to_plain(reference(**case)))
-        theirs.append(time.perf_counter() - start)
+        theirs.append(clock() - start)
     budget = slowdown * statistics.median(theirs) + allowance
     mine = []
     for i, case in enumerate(cases):
@@ -200,9 +205,9 @@ def compare_timed(student: Student, function: str, make_case: Callable[[np.rando
     slow = sum(t > budget for t in mine)
     if slow > repeats // 2:
         raise CheckFailure(f"{function} is too slow: {slow} of {repeats} runs on fresh inputs took longer than the "
-                           f"budget of {budget * 1e3:.1f} ms ({slowdown:g} x the reference's "
-                           f"{statistics.median(theirs) * 1e3:.2f} ms + {allowance * 1e3:.0f} ms); "
-                           f"the slowest took {max(mine) * 1e3:.1f} ms")
+                           f"budget of {budget * 1e3:.1f} {unit} ({slowdown:g} x the reference's "
+                           f"{statistics.median(theirs) * 1e3:.2f} {unit} + {allowance * 1e3:.0f} {unit}); "
+                           f"the slowest took {max(mine) * 1e3:.1f} {unit}")
 
 
 def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *,

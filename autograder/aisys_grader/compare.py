@@ -2,9 +2,15 @@
 
 A message says what differed (which key, which element), expected against
 got, and the largest error, but shows an array only by its shape, dtype and a
-few values, so hidden inputs and answers are never printed in full.
+few values. Inside `redacted()` (hidden cases, and everything graded after hidden
+data has reached the student's code) it shows no value at all: kinds, shapes,
+where it differed and by how much, so feedback never carries a hidden input, a
+hidden answer, or anything the student's code could have copied from them.
 """
 
+import builtins
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -43,8 +49,51 @@ def tolerance(dtype) -> tuple[float, float]:
     return TOLERANCES.get(SHORT_NAMES.get(name, name), (0.0, 0.0))
 
 
+_REDACTED = contextvars.ContextVar("aisys_redacted", default=False)
+
+
+@contextlib.contextmanager
+def redacted(on: bool = True):
+    """Inside, messages describe values by kind and shape only (see the module docstring); nesting never
+    turns it off."""
+    token = _REDACTED.set(_REDACTED.get() or on)
+    try:
+        yield
+    finally:
+        _REDACTED.reset(token)
+
+
+def redacting() -> bool:
+    return _REDACTED.get()
+
+
+def exception_name(name) -> str:
+    """An exception's class name as a message may show it: a student can name a class anything, so inside
+    `redacted()` only Python's own exception names are shown."""
+    builtin = isinstance(name, str) and isinstance(getattr(builtins, name, None), type) and \
+        issubclass(getattr(builtins, name), BaseException)
+    return str(name) if builtin or not redacting() else "an exception"
+
+
+def _kind(value) -> str:
+    """A value by its kind and size, never its contents."""
+    if isinstance(value, np.ndarray):
+        return f"array(shape={value.shape}, dtype={value.dtype})"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} keys"
+    names = {bool: "a boolean", int: "an integer", float: "a number", type(None): "None"}
+    return names.get(type(value), f"a value of type {type(value).__name__}")
+
+
 def describe(value, limit: int = 6) -> str:
-    """A short description of a value: arrays by shape, dtype and their first few elements."""
+    """A short description of a value: arrays by shape, dtype and their first few elements (inside
+    `redacted()`, by kind and size only)."""
+    if redacting():
+        return _kind(value)
     if isinstance(value, np.ndarray):
         head = np.array2string(value.ravel()[:limit], precision=4, separator=", ")
         more = ", ..." if value.size > limit else ""
@@ -78,7 +127,8 @@ def assert_close(got, expected, *, rtol: float | None = None, atol: float | None
     if expected_kind == "mapping":
         missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
         if missing or extra:
-            raise CheckFailure(f"{where}: expected keys {sorted(expected)}, got {sorted(got)}")
+            given = f"{len(got)} keys, missing {sorted(missing)}" if redacting() else f"{sorted(got)}"
+            raise CheckFailure(f"{where}: expected keys {sorted(expected)}, got {given}")
         for key in expected:
             assert_close(got[key], expected[key], rtol=rtol, atol=atol, where=f"{where}[{key!r}]")
     elif expected_kind == "list":
@@ -92,8 +142,13 @@ def assert_close(got, expected, *, rtol: float | None = None, atol: float | None
         default = tolerance("float64") if "number" in (got_kind, expected_kind) else (0.0, 0.0)
         r, a = (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
         if not _close(float(got), float(expected), r, a):
-            raise CheckFailure(f"{where}: expected {expected!r}, got {got!r}{_relative(float(got), float(expected))}")
+            relative = _relative(float(got), float(expected))
+            if redacting():
+                raise CheckFailure(f"{where}: differs from the reference{relative or ''}")
+            raise CheckFailure(f"{where}: expected {expected!r}, got {got!r}{relative}")
     elif got != expected:
+        if redacting():
+            raise CheckFailure(f"{where}: differs from the reference")
         raise CheckFailure(f"{where}: expected {describe(expected)}, got {describe(got)}")
 
 
@@ -113,8 +168,11 @@ def _assert_arrays_close(got: np.ndarray, expected: np.ndarray, rtol, atol, wher
     error = np.where(bad, np.abs(g - e), 0.0)
     error = np.where(np.isnan(error) | (bad & (error == 0)), np.inf, error)  # NaN, or too close for float64: worst
     worst = np.unravel_index(int(np.argmax(error)), error.shape)
-    shown = (f"expected {expected[worst]}, got {got[worst]}" if exact
-             else f"expected {e[worst]:.6g}, got {g[worst]:.6g}")
+    if redacting():
+        shown = (_relative(float(g[worst]), float(e[worst])) or " (not finite, or against 0)").strip(" ()")
+    else:
+        shown = (f"expected {expected[worst]}, got {got[worst]}" if exact
+                 else f"expected {e[worst]:.6g}, got {g[worst]:.6g}")
     raise CheckFailure(
         f"{where}: {int(bad.sum())} of {bad.size} elements differ (shape {expected.shape}, dtype {expected.dtype}); "
         f"largest error at index {tuple(int(i) for i in worst)}: {shown} (rtol={rtol:g}, atol={atol:g})"

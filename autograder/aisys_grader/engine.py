@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import nbformat
 from . import checks as checks_module
-from .compare import CheckFailure
+from .compare import CheckFailure, redacted
 from .kernel import WALL_FACTOR, Budget, KernelDied, KernelStudent, SandboxedKernel
 from .sandbox import Sandbox
 from .student import BridgeStudent
@@ -181,6 +181,16 @@ def _skipped(name: str, message: str) -> list:
     return [nbformat.v4.new_output("stream", name="stdout", text=f"{message}: {name} not graded\n")]
 
 
+def _withheld(status: str) -> list:
+    """What feedback shows of a cell run after hidden data reached the student's code: not its output, which
+    could carry that data into a resubmission."""
+    ended = {"ok": "", "error": " It ended with an error.", "timeout": " It ran past its time limit.",
+             "dead": " The kernel had ended."}.get(status, "")
+    return [nbformat.v4.new_output("stream", name="stdout", text=(
+        "[output not shown: this cell ran after hidden checks had passed their data to your code, so what it "
+        f"printed could hold that data. Run the notebook yourself to see it.{ended}]\n"))]
+
+
 def _outputs(outcome: "CheckOutcome") -> list:
     if outcome.passed:
         return _passed(outcome.name)
@@ -202,7 +212,8 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
         with SandboxedKernel(sandbox, checks_module.reference_modules(exercise)) as kernel:
             budget = Budget(kernel, timeouts.notebook, timeouts.wall_factor)
             student = KernelStudent(kernel, call_timeout=timeouts.call, budget=budget)
-            for cell in program.cells:
+            exposed = False  # whether hidden data has reached the student's code: from then on, nothing it says
+            for cell in program.cells:  # reaches feedback (see compare.redacted)
                 if cell.cell_type != "code":
                     continue
                 if budget.exhausted() and kernel.alive():
@@ -210,11 +221,13 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                 name = _grade_id(cell) if _meta(cell).get("grade") else None
                 if name in checks:
                     reaches = student if kernel.alive() else _Gone(kernel.death or "the kernel ended")
-                    outcomes[name] = _run_check(checks[name], reaches, seed)
+                    with redacted(exposed):
+                        outcomes[name], hidden_ran = _run_check(checks[name], reaches, seed)
+                    exposed = exposed or (hidden_ran and reaches is student)
                     cell.outputs = _outputs(outcomes[name])
                 elif kernel.alive():
                     done = kernel.execute(cell.source, *budget.allowance(timeouts.cell))
-                    cell.outputs = done.outputs
+                    cell.outputs = _withheld(done.status) if exposed else done.outputs
                     if done.status == "timeout" and budget.exhausted():
                         kernel.kill(budget.why)
                     elif done.status == "timeout":
@@ -231,7 +244,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
         enforced = sandbox.enforced()
     for name, check in checks.items():  # checks never reached: the kernel did not start
         if name not in outcomes:
-            outcomes[name] = _run_check(check, _Gone(notes[-1] if notes else "its cell was not run"), seed)
+            outcomes[name] = _run_check(check, _Gone(notes[-1] if notes else "its cell was not run"), seed)[0]
     return NotebookGrade(exercise, seed, outcomes, program, notes, enforced, time.monotonic() - start)
 
 
@@ -245,17 +258,20 @@ class _Gone(BridgeStudent):
         raise CheckFailure(f"not graded: {self.why}")
 
 
-def _run_check(check, student: BridgeStudent, seed: int) -> CheckOutcome:
-    """Visible, then hidden cases. Run even for a dead kernel: a check that cannot run on this machine
-    (needs a GPU) is skipped whatever the notebook did; any other fails at its first call."""
+def _run_check(check, student: BridgeStudent, seed: int) -> tuple[CheckOutcome, bool]:
+    """Visible, then hidden cases, and whether the hidden ones ran. Run even for a dead kernel: a check that
+    cannot run on this machine (needs a GPU) is skipped whatever the notebook did; any other fails at its
+    first call."""
+    hidden_ran = False
     try:
         for hidden in (False, True):
+            hidden_ran = hidden
             result = checks_module.run(check, student, hidden=hidden, seed=seed)
             if not result.passed:
                 gone = isinstance(student, _Gone) and result.failed
-                return CheckOutcome(check.name, check.points, False,
-                                    f"not graded: {student.why}" if gone else result.message, skipped=result.skipped)
+                return CheckOutcome(check.name, check.points, False, f"not graded: {student.why}" if gone
+                                    else result.message, skipped=result.skipped), hidden_ran
     except Exception as error:  # a bug in the check itself: never blame the student silently
         return CheckOutcome(check.name, check.points, False,
-                            f"the check itself failed ({type(error).__name__}: {error}); tell your instructor")
-    return CheckOutcome(check.name, check.points, True, "")
+                            f"the check itself failed ({type(error).__name__}: {error}); tell your instructor"), True
+    return CheckOutcome(check.name, check.points, True, ""), True

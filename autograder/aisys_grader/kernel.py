@@ -286,6 +286,10 @@ class KernelStudent(BridgeStudent):
         self.call_timeout = call_timeout
         self.budget = budget or Budget(kernel)
 
+    @property
+    def cpu_clock(self) -> bool:
+        return self.kernel.metered
+
     def _reply(self, function: str, data: str, returns: str, profile: bool,
                ranks: dict | None = None) -> tuple[dict | None, float]:
         __tracebackhide__ = True

@@ -56,9 +56,11 @@ def assignment_seed(db_url: str, assignment: str, override: int | None = None) -
     return int(row.seed)
 
 
-def notebook_seed(assignment_seed: int, student: str, notebook: str) -> int:
-    """Each student's hidden inputs differ, so answers cannot be shared; all derive from the assignment's seed."""
-    digest = hashlib.sha256(f"{assignment_seed}/{student}/{notebook}".encode()).digest()
+def notebook_seed(assignment_seed: int, student: str, notebook: str, submission_sha256: str) -> int:
+    """The seed of one submission's hidden inputs. They differ between students, so answers cannot be shared,
+    and between versions of one student's file, so nothing a grading revealed can be replayed in the next;
+    all derive from the assignment's seed and the submitted file, so any grade can be reproduced."""
+    digest = hashlib.sha256(f"{assignment_seed}/{student}/{notebook}/{submission_sha256}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
 
 

@@ -11,7 +11,7 @@ import time
 from typing import Any, Protocol
 
 from . import bridge, plain
-from .compare import CheckFailure
+from .compare import CheckFailure, exception_name, redacting
 
 
 class Student(Protocol):
@@ -22,8 +22,12 @@ class Student(Protocol):
         something that is not plain data of that kind.
         """
 
+    cpu_clock: bool
+    """Whether `timed_call` counts CPU seconds of the student's processes (else wall seconds)."""
+
     def timed_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, float]:
-        """`call`, and the seconds it took as measured by the grader (inputs and result included)."""
+        """`call`, and the seconds it took as measured by the grader (inputs and result included): CPU seconds
+        of every process of the student's where `cpu_clock` says so, so a busy machine changes nothing."""
 
     def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
         """`call` with kernels run in the SIMT simulator: the value and one report (plain dict) per launch."""
@@ -62,10 +66,13 @@ def value_from_reply(function: str, reply, returns: str):
         raise CheckFailure(f"`{function}` is not defined: run the cell that defines it first")
     elif status == "not_implemented":
         raise CheckFailure(f"`{function}` is not implemented yet (it raises NotImplementedError)")
+    elif status == "raised" and redacting():  # what the student's code says may carry hidden data
+        raise CheckFailure(f"`{function}` raised {exception_name(reply.get('error'))} (its message is not shown "
+                           "here: it could carry the hidden data)")
     elif status == "raised":
         raise CheckFailure(f"`{function}` raised {reply.get('error')}: {reply.get('message')}")
     elif status == "not_plain":
-        raise CheckFailure(str(reply.get("message")))
+        raise CheckFailure(f"the result of `{function}` is not plain data" if redacting() else str(reply.get("message")))
     raise CheckFailure(f"calling `{function}` gave no readable result")
 
 
@@ -81,6 +88,8 @@ def launches_from_reply(function: str, reply) -> list[dict]:
 
 class BridgeStudent:
     """call, timed_call and profiled_call, for a student whose `_reply` gives a bridge reply and its seconds."""
+
+    cpu_clock = False
 
     def call(self, function: str, *args, returns: str = "any", **kwargs) -> Any:
         __tracebackhide__ = True
@@ -112,10 +121,12 @@ class BridgeStudent:
 class InProcessStudent(BridgeStudent):
     """Student code living in a namespace of this process (a notebook's globals)."""
 
+    cpu_clock = True
+
     def __init__(self, namespace: dict):
         self.namespace = namespace
 
     def _reply(self, function: str, data: str, returns: str, profile: bool, ranks: dict | None = None):
-        start = time.perf_counter()
+        start = time.process_time()
         reply = bridge.reply(self.namespace, function, data, returns, profile, ranks)
-        return reply, time.perf_counter() - start
+        return reply, time.process_time() - start
