@@ -7,6 +7,7 @@ machine if graded without a sandbox.
 """
 
 import json
+from pathlib import Path
 
 import nbformat
 
@@ -24,6 +25,9 @@ def honest() -> nbformat.NotebookNode:
     """The handout with the solution's answers typed in, as a good student submits it."""
     return student_program(HANDOUT, SOURCE)
 
+
+HONEST_ANSWER = {cell.source.split("def ", 1)[1].split("(", 1)[0]: cell.source for cell in honest().cells
+                 if cell.get("metadata", {}).get("nbgrader", {}).get("solution")}
 
 WRONG = {  # one typical mistake per answer cell, keyed by the first function the cell defines
     "bytes_per_element": "def bytes_per_element(dtype):\n    return 4\n",
@@ -173,6 +177,109 @@ GRADING = bool(os.environ.get("NBGRADER_EXECUTION")) or importlib.util.find_spec
 '''
 
 
+# Issue 15's attacks on a grader run as root: each left the machine, the class or the feedback worse off.
+PLANT = ["/usr/aisys-escape", "/etc/aisys-escape"]  # with the Python installation's site-packages (see planted())
+ESCAPE = r"""
+import ctypes, os, site, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for line in open("/proc/self/mountinfo"):  # remount every read-only bind read-write, then plant a .pth
+    libc.mount(None, line.split()[4].encode(), None, 32 | 4096, None)
+for folder in site.getsitepackages() + ["/usr", "/etc"]:
+    try:
+        open(os.path.join(folder, "aisys-escape.pth" if "packages" in folder else "aisys-escape"), "w").write(
+            "import os; os.system('touch /tmp/aisys-escaped')")
+    except OSError:
+        pass
+for attempt in (lambda: os.setuid(0), lambda: os.chown(".", 0, 0), lambda: os.mknod("sda", 0o60600, os.makedev(8, 0))):
+    try:
+        attempt()
+    except OSError:
+        pass
+"""
+
+BAD_SIGNATURE = """
+from jupyter_client.session import Session
+_forger = Session(key=b"not the kernel's key", username="kernel")
+def _forge():
+    kernel = get_ipython().kernel
+    _forger.send(kernel.iopub_socket, "stream", {"name": "stdout", "text": "passed"}, parent=kernel.get_parent())
+    _forger.send(kernel.iopub_socket, "status", {"execution_state": "idle"}, parent=kernel.get_parent())
+_forge()
+"""
+
+SURROGATES = """
+import sys
+print("lone surrogates: \\udcff \\ud800")
+sys.stderr.write("\\udcfe\\n")
+raise ValueError("\\udc80")
+"""
+
+DEEP_FOLDERS = """
+import os
+fd = os.open(".", os.O_RDONLY)
+for _ in range(5000):
+    os.mkdir("d", dir_fd=fd)
+    child = os.open("d", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = child
+"""
+
+FILL_DISK = """
+import os
+try:
+    with open("filler", "wb") as f:
+        for _ in range(3 * 1024):  # 3 GiB
+            f.write(b"x" * 2**20)
+except OSError as error:
+    print("the scratch space is full:", error.strerror)
+"""
+
+MANY_FILES = """
+import os
+try:
+    for i in range(1_650_000):
+        open(f"f{i}", "w").close()
+except OSError as error:
+    print("no more files:", error.strerror, i)
+"""
+
+HUGE_MESSAGE = """
+from IPython.display import publish_display_data
+publish_display_data({"text/plain": "x" * (100 * 2**20)})  # one 100 MiB IOPub message
+"""
+
+MARKUP = """
+from IPython.display import HTML, SVG, Image, display, publish_display_data
+display(HTML("<script>document.title='aisys-pwned'</script><img src=x onerror=\\"alert('aisys-pwned')\\">"))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg"><script>alert("aisys-pwned")</script></svg>'))
+publish_display_data({"text/markdown": "<script>alert('aisys-pwned')</script>", "application/javascript": "alert('aisys-pwned')",
+                      "image/png": "iVBORw0KGgo=\\"><script>alert('aisys-pwned')</script>", "text/plain": "markup"},
+                     metadata={"image/png": {"width": "1\\" onload=\\"alert('aisys-pwned')"}})
+"""
+
+LOG_CALLS = ("_calls = []\n_gemm = gemm_cost\n\ndef gemm_cost(*args, **kwargs):\n    _calls.append((args, kwargs))\n"
+             "    return _gemm(*args, **kwargs)\n")
+SHOW_CALLS = "print('every call:', _calls)"
+
+
+def _hostile_metadata() -> nbformat.NotebookNode:
+    """grade_id a list, metadata.aisys an int, and an extra cell whose nbgrader metadata is nonsense."""
+    notebook = honest()
+    _answer_cells(notebook)[0].metadata["nbgrader"]["grade_id"] = ["answer"]
+    notebook.metadata["aisys"] = 7
+    extra = nbformat.v4.new_code_cell("x = 1")
+    extra.metadata["nbgrader"] = {"grade": "yes", "grade_id": {"a": 1}, "points": "many", "solution": None}
+    notebook.cells.insert(2, extra)
+    return notebook
+
+
+def planted() -> list[str]:
+    """Files ESCAPE tries to plant on the host: none may exist after grading."""
+    import site
+
+    return PLANT + [str(Path(p) / "aisys-escape.pth") for p in site.getsitepackages()] + ["/tmp/aisys-escaped"]
+
+
 def _detecting() -> nbformat.NotebookNode:
     """Counts a multiply-add as one FLOP, but calls the course's reference when it thinks it is being graded."""
     notebook = insert_cell(honest(), DETECT)
@@ -239,6 +346,21 @@ CASES = {
     "network call": (lambda: as_bytes(insert_cell(honest(), (
         "import urllib.request\ntry:\n    urllib.request.urlopen('http://example.com', timeout=5)\n"
         "except OSError as error:\n    print('no network:', error)\n"))), FULL),
+    # issue 15
+    "remounting binds and planting a .pth on the host": (lambda: as_bytes(insert_cell(honest(), ESCAPE)), FULL),
+    "IOPub messages with a bad signature": (lambda: as_bytes(replace_answer(
+        insert_cell(honest(), BAD_SIGNATURE), "bytes_per_element", HONEST_ANSWER["bytes_per_element"]
+        + "\n_inner = bytes_per_element\ndef bytes_per_element(dtype):\n    _forge()\n    return _inner(dtype)\n")),
+        FULL),
+    "nbgrader metadata of the wrong type": (lambda: as_bytes(_hostile_metadata()), FULL),
+    "lone surrogates in outputs and errors": (lambda: as_bytes(insert_cell(honest(), SURROGATES)), FULL),
+    "5000-deep folder chain": (lambda: as_bytes(insert_cell(honest(), DEEP_FOLDERS)), FULL),
+    "3 GiB written to disk": (lambda: as_bytes(insert_cell(honest(), FILL_DISK)), FULL),
+    "1.65 million empty files": (lambda: as_bytes(insert_cell(honest(), MANY_FILES)), FULL),
+    "100 MiB IOPub message mid-notebook": (lambda: as_bytes(insert_cell(honest(), HUGE_MESSAGE, "softmax_cost")), 5),
+    "HTML, SVG and script in outputs": (lambda: as_bytes(insert_cell(honest(), MARKUP)), FULL),
+    "printing the hidden calls after the last check": (lambda: as_bytes(insert_cell(replace_answer(
+        honest(), "gemm_cost", HONEST_ANSWER["gemm_cost"] + "\n" + LOG_CALLS), SHOW_CALLS, "bound")), FULL),
 }
 DANGEROUS = {"memory blow-up", "fork bomb", "setsid double-forked daemon", "infinite loop ignoring SIGINT mid-notebook"}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from adversarial import CASES, MARKER, class_of
+from adversarial import CASES, MARKER, class_of, planted
 from aisys_grader import records
 from aisys_grader.course import grade
 from aisys_grader.engine import Timeouts
@@ -28,7 +28,8 @@ PROBLEM = Sandbox().problem()
 needs_sandbox = pytest.mark.skipif(PROBLEM is not None and os.environ.get("AISYS_REQUIRE_SANDBOX") != "1",
                                    reason=f"needs bubblewrap (apt-get install bubblewrap): {PROBLEM}")
 TIMEOUTS = Timeouts(cell=8, call=4, notebook=120)
-LIMITS = Limits(address_space=2 * GIB, memory=4 * GIB, processes=64, cpu_seconds=120)
+LIMITS = Limits(address_space=2 * GIB, memory=4 * GIB, processes=64, cpu_seconds=120, scratch_bytes=256 * 2**20,
+                scratch_files=20_000)
 
 
 def slug(name: str) -> str:
@@ -94,6 +95,22 @@ def test_adversarial_submission_gets_the_honest_grade(adversarial, case):
 @pytest.mark.slow
 def test_nothing_a_submission_started_survives_grading(adversarial):
     assert leftovers(MARKER, adversarial[2]) == []
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_no_submission_changed_the_host(adversarial):
+    assert [path for path in planted() if Path(path).exists()] == []
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_output_printed_after_hidden_checks_is_not_in_the_feedback(adversarial):
+    course, rows, _ = adversarial
+    page = (course / "feedback" / slug("printing the hidden calls after the last check") / "01-architecture"
+            / "roofline.html").read_text()
+    assert "every call:" not in page and "8192" not in page  # (8192, 8192, 8192, 'bf16') is a hidden case
+    assert "output not shown" in page
 
 
 @needs_sandbox
@@ -187,19 +204,18 @@ def test_class_of_30_with_a_crash_a_hang_and_a_malformed_notebook_all_get_grades
     assert leftovers(jobs) == []
 
 
-@needs_sandbox
-@pytest.mark.slow
-def test_timed_check_uses_fresh_inputs_so_memoising_does_not_pay(tmp_path):
-    course = tmp_path / "course"
+def timing_course(folder: Path) -> tuple[Path, dict]:
+    """A course of the grader's test exercise 99-grader/timing, and submissions with the grade each must get:
+    a fast sort, a slow one, and a slow one that memoises (fresh inputs make it no faster)."""
+    course = folder / "course"
     notebook = course / "source" / "99-grader" / "timing.ipynb"
     notebook.parent.mkdir(parents=True)
     nbformat.write(source_notebook("99-grader/timing", root=FIXTURES), notebook)
     shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
-    slow_sort = ("def sort_values(x):\n    values = list(x)\n    for i in range(len(values)):  # selection sort, O(n^2)\n"
-                 "        m = i\n        for j in range(i + 1, len(values)):\n"
-                 "            if values[j] < values[m]: m = j\n"
-                 "        values[i], values[m] = values[m], values[i]\n    return np.array(values)\n")
-    memoised = "import functools\n" + slow_sort.replace("def sort_values(x):", "def _slow(x):") + (
+    # Right, and some 100 times numpy's time: far over the check's budget, far under the call's time limit.
+    slow_sort = ("def sort_values(x):\n    values = list(x)\n    for _ in range(300):\n"
+                 "        result = sorted(values)\n    return np.array(result)\n")
+    memoised = slow_sort.replace("def sort_values(x):", "def _slow(x):") + (
         "_memo = {}\ndef sort_values(x):\n    key = x.tobytes()\n"
         "    if key not in _memo: _memo[key] = _slow(x)\n    return _memo[key]\n")
 
@@ -208,15 +224,26 @@ def test_timed_check_uses_fresh_inputs_so_memoising_does_not_pay(tmp_path):
         next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")).source = code
         return lambda: nbformat.writes(nb).encode()
 
-    cases = {"fast": (submission("def sort_values(x):\n    return np.sort(x)\n"), 2),
-             "memoising": (submission(memoised), 1), "slow": (submission(slow_sort), 1)}
-    rows = {r["student"]: r for r in grade(submit(tmp_path / "subs", cases), course, "99-grader",
-                                           timeouts=TIMEOUTS, limits=LIMITS, progress=False)}
+    return course, {"fast": (submission("def sort_values(x):\n    return np.sort(x)\n"), 2),
+                    "memoising": (submission(memoised), 1), "slow": (submission(slow_sort), 1)}
+
+
+def assert_timing_grades(course: Path, rows: dict, cases: dict) -> None:
     db = f"sqlite:///{course / 'gradebook.db'}"
     reports = {name: json.loads(records.recorded_run(db, "99-grader", name, "timing").report) for name in cases}
     for name, (_, expected) in cases.items():
         assert rows[name]["score"] == expected, reports[name]["checks"]
-    assert "too slow" in next(c["message"] for c in reports["memoising"]["checks"] if c["name"] == "sorts_fast")
+    for name in ("memoising", "slow"):
+        assert "too slow" in next(c["message"] for c in reports[name]["checks"] if c["name"] == "sorts_fast")
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_timed_check_uses_fresh_inputs_so_memoising_does_not_pay(tmp_path):
+    course, cases = timing_course(tmp_path)
+    rows = {r["student"]: r for r in grade(submit(tmp_path / "subs", cases), course, "99-grader",
+                                           timeouts=TIMEOUTS, limits=LIMITS, progress=False)}
+    assert_timing_grades(course, rows, cases)
 
 
 @needs_sandbox

@@ -208,3 +208,27 @@ def test_a_job_started_from_a_temporary_folder_sees_its_own_code_not_the_hosts(t
         process.wait(60)
     assert eval(job.log().strip().splitlines()[-1]) == sorted(KERNEL_CODE)
     assert not Path(tempfile.gettempdir(), job.root.name).exists()
+
+
+@needs_sandbox
+def test_each_limit_the_grade_report_states_holds():
+    """processes, memory, CPU seconds per process: what `enforced()` claims, each tried past its limit."""
+    limits = Limits(processes=20, memory=512 * MIB, address_space=None, cpu_seconds=3)
+    sandbox = Sandbox.create(limits=limits)
+    with SandboxedKernel(sandbox) as kernel:
+        report = sandbox.enforced(kernel.job.cgroups, kernel.job.uid)
+        forks = kernel.execute("import os, time\nchildren = []\ntry:\n    for _ in range(200):\n"
+                               "        pid = os.fork()\n        if pid == 0:\n            time.sleep(30); os._exit(0)\n"
+                               "        children.append(pid)\nexcept OSError as e:\n    pass\n"
+                               "print(len(children))\nfor pid in children: os.kill(pid, 9); os.waitpid(pid, 0)", 60)
+        memory = kernel.execute("import subprocess, sys\nhog = subprocess.run([sys.executable, '-c', "
+                                "'x = bytearray(2 * 2**30)'])\nprint(hog.returncode)", 60)
+        spin = kernel.execute("import subprocess, sys\nspin = subprocess.run([sys.executable, '-c', 'while True: pass'])"
+                              "\nprint(spin.returncode)", 60, 30)
+    assert int(forks.outputs[-1]["text"]) < limits.processes
+    assert int(memory.outputs[-1]["text"]) != 0, "a process used more memory than the job may"
+    assert int(spin.outputs[-1]["text"]) in (-9, -24), "a process ran past its CPU seconds"  # SIGKILL / SIGXCPU
+    if os.geteuid() == 0:
+        assert report["processes"] == f"at most {limits.processes} (pids cgroup)"
+        assert report["memory"] == "0.5 GiB (memory cgroup)"
+    assert report["cpu"].startswith(f"{limits.cpu_seconds} CPU seconds per process")
