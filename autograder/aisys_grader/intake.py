@@ -37,11 +37,11 @@ MAX_NOTEBOOK_BYTES = 32 * MIB
 # archive is refused as a whole (split it), since the rest cannot be told from a bomb.
 MAX_ARCHIVE_BYTES = 4 * 2**30
 # A zip member that grows more than this many times its compressed size, past its first MiB, is
-# refused as a likely zip bomb; notebooks (JSON, base64 images) compress well under 20-fold.
+# refused as a likely zip bomb; notebooks (JSON, base64 images) typically compress under 20-fold.
 MAX_RATIO = 200
 # Entries of an archive, or of the input's root folder: past it the input is refused as a whole.
 MAX_ENTRIES = 100_000
-# Entries of one student's folder reported one by one; the rest are counted, not looked at.
+# Entries of one student's folder reported one by one; past it, one line says there were more.
 MAX_LISTED = 200
 MAX_NAME = 128  # nbgrader keeps a student id in 128 characters
 MAX_UNWRAP = 3
