@@ -25,6 +25,7 @@ from test_grading import LIMITS, TIMEOUTS, jobs_in, make_course, needs_sandbox
 
 ASSIGNMENT = "01-architecture"
 FORMULA = '=HYPERLINK("x","y")'
+GARBAGE = b'\xff\xfe{"cells": [not json'
 XSS = '''
 from IPython.display import HTML, SVG, Javascript, Markdown, display, publish_display_data
 print('<script>alert("xss-stream")</script>')
@@ -124,6 +125,7 @@ def hostile_class(tmp_path_factory):
     _place(subs, "new\nline", as_bytes(honest()))
     _place(subs, "bell\x07", as_bytes(honest()))
     _place(subs, "big", as_bytes(honest()) + b" " * (64 * 2**20))  # valid JSON, but over the size limit
+    _place(subs, "garbage", GARBAGE)
     _place(subs, "meta", _invalid_metadata())
     _place(subs, "gid-list", _with_cells(({"nbgrader": {"grade_id": ["a", "list"], "solution": True}}, "x = 1")))
     _place(subs, "surrogate", _lone_surrogate())
@@ -190,13 +192,15 @@ def test_links_to_the_solution_are_refused(hostile_class):
 
 @needs_sandbox
 @pytest.mark.slow
-def test_odd_student_names_and_an_oversized_notebook_are_reported(hostile_class):
+def test_odd_names_and_oversized_or_unreadable_notebooks_are_reported(hostile_class):
     course, summary = hostile_class
     rows = {r["student"]: r for r in summary}
     assert "newline" in rows[repr("new\nline")]["not_graded"]
     assert "control or invisible character" in rows[repr("bell\x07")]["not_graded"]
     assert not (course / "submitted" / "new\nline").exists() and not (course / "submitted" / "bell\x07").exists()
     assert rows["big"]["score"] == 0 and "MiB" in rows["big"]["notes"]
+    assert rows["garbage"]["score"] == 0 and "not a readable notebook" in rows["garbage"]["notes"]
+    assert (course / "submitted" / "garbage" / ASSIGNMENT / "roofline.ipynb.received").read_bytes() == GARBAGE
 
 
 @needs_sandbox
