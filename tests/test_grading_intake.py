@@ -17,10 +17,8 @@ import os
 import nbformat
 import pytest
 
-from adversarial import FULL, SOURCE, as_bytes, honest, insert_cell, wrong
-from aisys_grader import records
+from adversarial import FULL, as_bytes, honest, insert_cell, wrong
 from aisys_grader.course import grade
-from notebooks import ROOT
 from test_grading import LIMITS, TIMEOUTS, jobs_in, make_course, needs_sandbox
 
 ASSIGNMENT = "01-architecture"

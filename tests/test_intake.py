@@ -4,7 +4,6 @@ The same rules end to end, with the sandbox, are in test_grading_intake.py.
 """
 
 import csv
-import io
 import json
 import os
 import stat
@@ -18,12 +17,12 @@ from nbconvert import HTMLExporter
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import CheckCellMetadata
 
-from adversarial import HANDOUT, SOURCE, as_bytes, honest
+from adversarial import HANDOUT, as_bytes, honest
 from aisys_grader import cli, inert, intake
 from aisys_grader.course import Summary, normalised
 from aisys_grader.export import CsvExport
 from notebooks import ROOT
-from test_grading_intake import FORMULA, XSS, markup_holding
+from test_grading_intake import FORMULA, markup_holding
 
 A = "01-architecture"
 NOTEBOOKS = ["roofline"]

@@ -6,7 +6,8 @@ and `alt` metadata into its `<img>` tag. A kernel's outputs are the student's to
 rebuilt from the fields nbconvert shows as escaped text: a stream's text, an error's name, value
 and traceback, a result's text/plain, and PNG or JPEG data that is strict base64 (it is written
 into an `<img src="data:...">` attribute). A result with neither text nor image (HTML, SVG,
-JavaScript, markdown, LaTeX, widgets alone) becomes a short text note; no output keeps its metadata. Lone surrogates, which JSON allows and UTF-8 cannot encode, become U+FFFD.
+JavaScript, markdown, LaTeX, widgets alone) becomes a short text note; no output keeps its metadata.
+Lone surrogates, which JSON allows and UTF-8 cannot encode, become U+FFFD.
 """
 
 import base64
@@ -41,12 +42,13 @@ def _inert(output):
         name = output.get("name") if output.get("name") in ("stdout", "stderr") else "stdout"
         return nbformat.v4.new_output("stream", name=name, text=text(output.get("text")))
     if kind == "error":
-        traceback = output.get("traceback")
+        lines = output.get("traceback") if isinstance(output.get("traceback"), list) else []
         return nbformat.v4.new_output("error", ename=text(output.get("ename")), evalue=text(output.get("evalue")),
-                                      traceback=[text(line) for line in traceback] if isinstance(traceback, list) else [])
+                                      traceback=[text(line) for line in lines])
     if kind in ("display_data", "execute_result"):
         raw = output.get("data") if isinstance(output.get("data"), dict) else {}
-        data = {mime: _base64(raw[mime]) for mime in IMAGES if _base64(raw.get(mime))}
+        images = {mime: _base64(raw.get(mime)) for mime in IMAGES}
+        data = {mime: image for mime, image in images.items() if image}
         if isinstance(raw.get("text/plain"), (str, list)):
             data["text/plain"] = text(raw["text/plain"])
         if not data:

@@ -163,7 +163,8 @@ class Folder:
                 folder = inner
             fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=folder)
         except OSError as error:  # it changed since it was looked at
-            raise Refused(KINDS["link"] if error.errno == errno.ELOOP else f"could not be opened ({error.strerror})") from None
+            why = KINDS["link"] if error.errno == errno.ELOOP else f"could not be opened ({error.strerror})"
+            raise Refused(why) from None
         finally:
             os.close(folder)
         with os.fdopen(fd, "rb") as file:
