@@ -23,3 +23,8 @@ from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, Limit
 
 c.Autograde.autograde_preprocessors = [SandboxedExecute, ClearMetadataPreprocessor, LimitOutput, SaveGrades,
                                        AssignLatePenalties, CheckCellMetadata]
+
+# `nbgrader export` writes grades.csv with the csv module, escaping cells a spreadsheet would run as formulas.
+from aisys_grader.export import CsvExport  # noqa: E402
+
+c.ExportApp.plugin_class = CsvExport

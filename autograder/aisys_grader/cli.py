@@ -4,15 +4,25 @@ import argparse
 import sys
 from pathlib import Path
 
+MAX_STATUS = 125  # exit statuses from 126 up mean "cannot run", "not found" and killed by a signal to a shell
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aisys-grader", description="Exercise notebooks and grading for aisys.")
     commands = parser.add_subparsers(dest="command", required=True)
     generate_parser = commands.add_parser("generate", help="regenerate exercises/ and autograder/source/ from solutions/")
     generate_parser.add_argument("exercises", nargs="*", help="only these, as <chapter>/<name> (default: all)")
-    grade = commands.add_parser("grade", help="grade a folder or zip of submissions (sandboxed, in parallel)")
+    grade = commands.add_parser(
+        "grade", help="grade a folder or zip of submissions (sandboxed, in parallel)",
+        description="Grade a folder or zip of submissions (sandboxed, in parallel) into the gradebook, grades.csv "
+                    "and feedback. Exit status: 0 when every student found was graded; otherwise the number of "
+                    f"students not graded (at most {MAX_STATUS}), each listed with the reason; 2 with a message "
+                    "when the run could not start (bad arguments, no sandbox, an input that cannot be used).")
     grade.add_argument("submissions", type=Path, help="a folder or zip: <student>/<assignment>/<notebook>.ipynb "
                                                       "(nbgrader's layout) or one <student>.ipynb per student")
+    grade.add_argument("--layout", choices=["auto", "nbgrader", "flat"], default="auto",
+                       help="how submissions are laid out (default auto: the layout that accounts for more "
+                            "students; a tie is refused)")
     grade.add_argument("--assignment", required=True, help="e.g. 01-architecture")
     grade.add_argument("--course", type=Path, default=None, help="the nbgrader course folder (default: autograder/)")
     grade.add_argument("--workers", type=int, default=2, help="notebooks graded at once (default 2)")
@@ -42,19 +52,32 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = grade_class(args.submissions, args.course or ROOT / "autograder", args.assignment,
                                workers=args.workers, force=args.force, allow_unsandboxed=args.unsandboxed,
-                               seed=args.seed, csv_path=args.csv)
+                               seed=args.seed, csv_path=args.csv, layout=args.layout)
         except (SandboxUnavailable, ValueError) as error:
             parser.exit(2, f"aisys-grader: error: {error}\n")
+        if hasattr(rows, "layout"):
+            where = f" in {rows.root}/" if rows.root else ""
+            print(f"layout: {rows.layout}{where}, {len(rows)} student{'s' * (len(rows) != 1)}")
+            for refusal in rows.refused:
+                whose = f" [{refusal.student}]" if refusal.student else ""
+                print(f"not used{whose}: {refusal.path}: {refusal.reason}")
         width = max([len(r["student"]) for r in rows] + [7])
         print(f"{'student':<{width}}  score")
         for row in rows:
-            print(f"{row['student']:<{width}}  {row['score']:g}/{row['max_score']:g}  {row['notes']}")
+            score = f"not graded: {row['not_graded']}" if row.get("not_graded") else \
+                f"{row['score']:g}/{row['max_score']:g}"
+            print(f"{row['student']:<{width}}  {score}  {row['notes']}".rstrip())
         for exercise in sorted({e for row in rows for e in row["needs_gpu"]}):
             count = sum(exercise in row["needs_gpu"] for row in rows)
             print(f"{needs_gpu_message(exercise)} ({count} submission{'s' * (count != 1)} not graded, "
                   "nothing recorded for them)")
         if args.unsandboxed:
             print("WARNING: graded without a sandbox; these grades can be faked.")
+        not_graded = sum(bool(row.get("not_graded")) for row in rows)
+        if not_graded:
+            print(f"{not_graded} student{'s' * (not_graded != 1)} not graded (listed above); "
+                  "the others are in the gradebook, grades.csv and feedback")
+        return min(not_graded, MAX_STATUS)
     return 0
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import nbformat
 from . import checks as checks_module
+from . import inert
 from .compare import CheckFailure, redacted
 from .kernel import WALL_FACTOR, Budget, KernelDied, KernelStudent, SandboxedKernel
 from .sandbox import Sandbox
@@ -227,7 +228,8 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                     cell.outputs = _outputs(outcomes[name])
                 elif kernel.alive():
                     done = kernel.execute(cell.source, *budget.allowance(timeouts.cell))
-                    cell.outputs = _withheld(done.status) if exposed else done.outputs
+                    # feedback shows them: text only (inert), nothing at all once hidden data reached the student
+                    cell.outputs = _withheld(done.status) if exposed else inert.outputs(done.outputs)
                     if done.status == "timeout" and budget.exhausted():
                         kernel.kill(budget.why)
                     elif done.status == "timeout":
