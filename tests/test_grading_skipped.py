@@ -141,7 +141,8 @@ def test_engine_grades_gpu_checks_where_there_is_a_gpu(pretend_gpu):
     graded = _grade(_with_answer("def double(x):\n    return 2 * x + (x == 7)\n"))
     assert graded.skipped == [] and graded.checks["doubles"].passed
     on_gpu = graded.checks["doubles_on_gpu"]
-    assert not on_gpu.passed and not on_gpu.skipped and "expected 14, got 15" in on_gpu.message
+    # graded after `doubles` passed hidden data to the code: the message shows how far off, not the values
+    assert not on_gpu.passed and not on_gpu.skipped and "differs from the reference" in on_gpu.message
 
 
 def test_a_gpu_check_is_skipped_even_after_the_kernel_died(no_gpu):
