@@ -362,7 +362,8 @@ CASES = {
     "printing the hidden calls after the last check": (lambda: as_bytes(insert_cell(replace_answer(
         honest(), "gemm_cost", HONEST_ANSWER["gemm_cost"] + "\n" + LOG_CALLS), SHOW_CALLS, "bound")), FULL),
 }
-DANGEROUS = {"memory blow-up", "fork bomb", "setsid double-forked daemon", "infinite loop ignoring SIGINT mid-notebook"}
+DANGEROUS = {"memory blow-up", "fork bomb", "remounting binds and planting a .pth on the host", "3 GiB written to disk",
+             "1.65 million empty files"}
 
 
 def _edit_setup(notebook):

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import json  # noqa: E402
 
-from adversarial import CASES, MARKER, class_of  # noqa: E402
+from adversarial import CASES, DANGEROUS, MARKER, class_of  # noqa: E402
 from aisys_grader.course import grade  # noqa: E402
 from processes import leftovers  # noqa: E402
 from test_grading import LIMITS, TIMEOUTS, make_course, slug, submit  # noqa: E402
@@ -31,7 +31,6 @@ PLAIN_CONFIG = f"""c = get_config()
 c.CourseDirectory.course_id = "aisys"
 c.Execute.timeout = {int(TIMEOUTS.cell)}
 """
-HARMFUL_WITHOUT_SANDBOX = {"memory blow-up", "fork bomb"}
 
 
 def plain_nbgrader(folder: Path, cases: dict) -> tuple[dict[str, float], float]:
@@ -76,7 +75,7 @@ def adversarial_table(scratch: Path) -> None:
     engine_left = kill_leftovers()
     plain = {}
     for i, (name, case) in enumerate(CASES.items()):
-        if name in HARMFUL_WITHOUT_SANDBOX:
+        if name in DANGEROUS:
             plain[name] = None
             continue
         scores, _ = plain_nbgrader(scratch / f"plain{i}", {name: case})
