@@ -13,9 +13,13 @@ import jupytext
 import nbformat
 import pytest
 
+from aisys_grader import cleanroom, plain
 from aisys_grader.course import grade
 from aisys_grader.engine import Timeouts, student_program
+from aisys_grader.sandbox import Sandbox
+from aisys_grader.student import payload
 from notebooks import ROOT
+from processes import leftovers
 from test_grading import LIMITS, jobs_in, make_course, needs_sandbox, slug
 
 # The simulator runs every kernel thread in Python, and 8 ranks start in turn on a loaded 2-core machine:
@@ -231,3 +235,42 @@ def test_forged_traffic_records_get_the_grade_of_the_same_collective(tmp_path):
     honest, forged = scores[slug("dist.all_reduce")], scores[slug("dist.all_reduce, messages forged")]
     assert honest == (2, 10)  # only choose_algorithm passes: dist.all_reduce raises where messages are recorded
     assert forged == honest
+
+
+# --------------------------------------------------------------------------------------------- the room itself
+
+CELL = """
+import numpy as np
+
+SEEN = []
+
+
+def spin(x):
+    while True:
+        pass
+
+
+def remember(x):
+    for i in range(10000):
+        print("noise", i)
+    SEEN.append(x)
+    return len(SEEN)
+"""
+
+
+@needs_sandbox
+def test_the_grading_room_kills_a_call_at_its_limit_and_runs_each_call_in_a_fresh_process(tmp_path):
+    with jobs_in(tmp_path / "jobs") as jobs:
+        room = cleanroom.SandboxedRoom(Sandbox.create(limits=LIMITS))
+        try:
+            reply, _, why = room.reply(cleanroom.request(["", CELL], "simt", "spin", payload((1,), {}), "any"), 1)
+            assert reply is None and why == "did not return within 1 s"
+            process = room.process
+            for _ in range(2):  # a fresh namespace each time: SEEN starts empty; what it printed went nowhere
+                reply, _, why = room.reply(cleanroom.request(["", CELL], "simt", "remember", payload((1,), {}),
+                                                             "integer"), 10)
+                assert plain.decode(reply["value"]) == 1 and set(reply) == {"status", "value", "launches"}
+            assert room.process is process, "a call that ran out of time is killed, not its room"
+        finally:
+            room.close()
+        assert leftovers(jobs) == [] and not list(Path(jobs).iterdir())

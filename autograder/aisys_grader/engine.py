@@ -158,7 +158,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
     deadline = start + timeouts.notebook
     try:
         with SandboxedKernel(sandbox, checks_module.reference_modules(exercise)) as kernel:
-            student = KernelStudent(kernel, call_timeout=timeouts.call)
+            student = KernelStudent(kernel, call_timeout=timeouts.call, exercise=exercise)
             for cell in program.cells:
                 if cell.cell_type != "code":
                     continue
@@ -170,6 +170,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                     outcomes[name] = _run_check(checks[name], reaches, seed)
                     cell.outputs = _outputs(outcomes[name])
                 elif kernel.alive():
+                    student.sources.append(cell.source)  # what the clean room runs again: see cleanroom.py
                     done = kernel.execute(cell.source, min(timeouts.cell, max(0.0, deadline - time.monotonic())))
                     cell.outputs = done.outputs
                     if done.status == "timeout":
@@ -179,6 +180,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                         kernel.forget_last_error()
                 if kernel.death and kernel.death not in notes:
                     notes.append(kernel.death)  # the checks after this point score 0 (unless skipped)
+            student.close()  # its clean room, with the kernel
             enforced = sandbox.enforced(kernel.cgroups, kernel.uid)
     except KernelDied as error:
         notes.append(f"the notebook's kernel could not run: {error}")
@@ -195,8 +197,10 @@ class _Gone(BridgeStudent):
     def __init__(self, why: str):
         self.why = why
 
-    def _reply(self, function: str, data: str, returns: str, profile: bool, ranks: dict | None = None):
+    def _reply(self, function: str, *_):
         raise CheckFailure(f"not graded: {self.why}")
+
+    _room = _reply
 
 
 def _run_check(check, student: BridgeStudent, seed: int) -> CheckOutcome:

@@ -25,7 +25,7 @@ import nbformat
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from . import bridge
+from . import bridge, cleanroom
 from .compare import CheckFailure
 from .sandbox import Cgroups, Sandbox
 from .student import BridgeStudent
@@ -278,20 +278,24 @@ def _copy_aisys(target: Path, hidden_modules: set[str]) -> None:
 
 
 class KernelStudent(BridgeStudent):
-    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data."""
+    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data. profiled_call and
+    call_ranks run in a sandboxed clean room of their own instead (cleanroom.SandboxedRoom), on the source of the
+    cells the engine has run in the kernel so far, which it appends to `sources`."""
 
-    def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60):
+    def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60, exercise: str | None = None):
         self.kernel = kernel
         self.call_timeout = call_timeout
+        self.exercise = exercise  # for the aisys modules its check module lets students import
+        self.sources: list[str] = []
+        self.room = cleanroom.SandboxedRoom(kernel.sandbox, kernel.hidden_modules)
 
-    def _reply(self, function: str, data: str, returns: str, profile: bool,
-               ranks: dict | None = None) -> tuple[dict | None, float]:
+    def _reply(self, function: str, data: str, returns: str) -> tuple[dict | None, float]:
         __tracebackhide__ = True
         if not self.kernel.alive():
             raise CheckFailure(f"`{function}` could not be called: {self.kernel.death}")
         nonce = secrets.token_hex(16)
         code = (f"__import__('aisys_grader.bridge', fromlist=['call']).call("
-                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r}, {profile!r}, {ranks!r})")
+                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r})")
         done = self.kernel.execute(code, self.call_timeout)
         if done.status == "timeout":
             self.kernel.recover()
@@ -302,6 +306,22 @@ class KernelStudent(BridgeStudent):
                    if o.output_type == "display_data" and isinstance(o.get("data", {}).get(bridge.MIME), dict)
                    and o.data[bridge.MIME].get("nonce") == nonce]
         reply = replies[-1] if replies else None
-        if reply is not None and len(str(reply.get("value", ""))) + len(str(reply.get("launches", ""))) > REPLY_LIMIT:
+        if reply is not None and len(str(reply.get("value", ""))) > REPLY_LIMIT:
             raise CheckFailure(f"the result of `{function}` is larger than {REPLY_LIMIT // 2**20} MiB")
         return reply, done.seconds
+
+    def close(self) -> None:
+        """End the clean room (it ends by itself when this student is collected, or with the grader)."""
+        self.room.close()
+
+    def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None) -> dict | None:
+        __tracebackhide__ = True
+        try:
+            request = cleanroom.request(self.sources, dialect, function, data, returns,
+                                        modules=cleanroom.student_may_import(self.exercise), ranks=ranks)
+        except ValueError as error:
+            raise CheckFailure(f"`{function}` could not be run by the grader: {error}") from None
+        reply, _, why = self.room.reply(request, self.call_timeout)
+        if reply is None:
+            raise CheckFailure(f"`{function}` {why}")
+        return reply
