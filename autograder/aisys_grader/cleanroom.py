@@ -352,9 +352,9 @@ def _start(sandbox, job: Path, shim: Path) -> tuple[subprocess.Popen, callable]:
         info_read, info_write = os.pipe()  # bubblewrap reports the sandbox's first process here
         try:
             process = subprocess.Popen(
-                sandbox.command(job, argv, shim, env, info_write), env={"PATH": "/usr/bin:/bin"}, pass_fds=(info_write,),
-                user=uid, group=uid, extra_groups=[] if uid is not None else None, preexec_fn=sandbox.preexec(cgroups),
-                **pipes)
+                sandbox.command(job, argv, shim, env, info_write), env={"PATH": "/usr/bin:/bin"},
+                pass_fds=(info_write,), user=uid, group=uid, extra_groups=[] if uid is not None else None,
+                preexec_fn=sandbox.preexec(cgroups), **pipes)
         finally:
             os.close(info_write)
         with os.fdopen(info_read) as info:
