@@ -51,8 +51,10 @@ def refusal(code: str, dialect=grammar.SIMT, prelude: str = "import numpy as np\
 
 ATTACKS = [  # (code, what the message must say)
     ("def f(x):\n    return x.__class__\n", "names starting with `_`"),
-    ("def f(x):\n    return '{0.__class__}'.format(x)\n", "`.format` is not part of"),
-    ("def f(x):\n    return '{a.__class__}'.format_map({'a': x})\n", "`.format_map`"),
+    ("def f(x):\n    return '{0.__class__}'.format(x)\n", "`.format` can look up attributes"),
+    ("def f(x):\n    return '{0[0]}'.format(x)\n", "`.format` can look up attributes"),
+    ("def f(x, s):\n    return s.format(x)\n", "`.format` can look up attributes"),
+    ("def f(x):\n    return '{a.__class__}'.format_map({'a': x})\n", "`.format_map` can look up attributes"),
     ("def f(x):\n    g = (i for i in x)\n    return g.gi_frame.f_back.f_globals\n", "`.gi_frame`"),
     ("def f(x):\n    try:\n        x()\n    except Exception as e:\n        return e.__traceback__.tb_frame\n", "`_`"),
     ("def f(x):\n    return np.ctypeslib.as_array(x)\n", "`np.ctypeslib` is not part of"),
@@ -161,6 +163,11 @@ def test_names_are_checked_in_scope_a_parameter_may_shadow_a_builtin_and_undersc
     assert not [d for d in grammar.read([accepted], grammar.RANKS) if d.refusal]
 
 
+def test_format_is_allowed_on_a_literal_whose_fields_look_nothing_up():
+    accepted = "def f(x):\n    return '{} is {0!r:>8} and {name}'.format(x, name=1)\n"
+    assert not [d for d in grammar.read([accepted], grammar.SIMT) if d.refusal]
+
+
 def test_a_cell_s_other_statements_are_left_out_and_magics_read_as_ipython_runs_them():
     read = grammar.read(["%matplotlib inline\nimport numpy as np\nprint(np.pi)\nfor i in range(3):\n    pass\n"
                          "x = np.zeros(3)\nx[0] = 1\n"], grammar.SIMT)
@@ -210,6 +217,11 @@ def test_a_refused_definition_does_not_run_and_the_call_says_which_line_and_why(
     assert f"line {line} of its cell uses `x.store`" in answer["message"], answer
     answer = room(["", KERNEL, "def plus_one(x):\n    return x.__class__\n"], "plus_one", np.zeros(2, np.float32))
     assert answer["status"] == "refused" and "line 2 of its cell uses `x.__class__`" in answer["message"], answer
+
+
+def test_annotations_are_kept_as_text_so_a_refused_typing_import_does_not_stop_a_definition():
+    cell = "from typing import Optional\n\ndef twice(x: Optional[int]) -> Optional[int]:\n    return 2 * x\n"
+    assert room(["", cell], "twice", 2) == {"status": "ok", "value": "4", "launches": "[]"}
 
 
 def test_the_clean_room_s_builtins_are_the_dialect_s_only():

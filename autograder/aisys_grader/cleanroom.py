@@ -29,6 +29,7 @@ student's self-check, `reply` runs in the notebook's own process, where there is
 protect, so that the student sees the grader's verdicts (refusals included).
 """
 
+import __future__
 import ast
 import builtins
 import importlib
@@ -49,6 +50,7 @@ from pathlib import Path
 from . import grammar, plain
 
 SOURCE_LIMIT = 2**22  # characters of cell source in one request (4 MiB)
+ANNOTATIONS = __future__.annotations.compiler_flag  # annotations are kept as text: `Optional[...]` needs no typing
 
 
 def request(sources: list[str], dialect: str, function: str, payload: str, returns: str, *,
@@ -111,7 +113,7 @@ def definitions(sources: list[str], dialect: str, modules=()) -> tuple[dict, dic
                 namespace.update({name: _resolve(path) for name, path in definition.imports})
             else:
                 code = compile(ast.Module([definition.statement], []), f"<cell {definition.cell}>", "exec",
-                               dont_inherit=True)
+                               flags=ANNOTATIONS, dont_inherit=True)
                 exec(code, namespace)
             for name in definition.names:
                 why.pop(name, None)

@@ -25,6 +25,7 @@ to report, each refusal naming the line, the construct and why.
 import ast
 import builtins
 import math
+import string
 from dataclasses import dataclass, field
 
 BUILTINS = frozenset({
@@ -435,6 +436,24 @@ class _Grammar(ast.NodeVisitor):
         else:
             self.visit(base)
         for link in chain:
+            if link.attr == "format" and link is chain[0] and _plain_format(base):
+                continue  # "{} of {}".format(a, b): fields that look nothing up
+            if link.attr in ("format", "format_map"):
+                raise _Refused(link, f"`.{link.attr}` can look up attributes (`{{0.__class__}}`): the dialect allows "
+                                     "`.format` only on a string literal whose fields are `{}`, `{0}` or `{name}`; "
+                                     "an f-string does the same")
             if link.attr not in self.dialect.attributes:
                 raise _Refused(link, f"the attribute `.{link.attr}` is not part of the dialect {self.dialect.runs} "
                                      "runs")
+
+
+def _plain_format(node: ast.expr) -> bool:
+    """A string literal whose format fields are positions or names only: "{0.__class__}" looks up an attribute."""
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        return False
+    try:
+        fields = [f for _, f, spec, _ in string.Formatter().parse(node.value) if f is not None]
+        specs = [spec for _, f, spec, _ in string.Formatter().parse(node.value) if spec]
+    except ValueError:
+        return False
+    return not any(c in f for f in fields + specs for c in ".[{")
