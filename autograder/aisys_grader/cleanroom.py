@@ -23,10 +23,14 @@ simulator's counters or the recorder (no attribute outside the dialect, no name 
 student's reach. Replies use the bridge's format (bridge.reply), read with
 student.value_from_reply and student.launches_from_reply.
 
-Where it runs: when grading, `SandboxedRoom` starts a fresh sandboxed process per call
-(`python -m aisys_grader.cleanroom`: one request on stdin, one reply on stdout); for a
-student's self-check, `reply` runs in the notebook's own process, where there is nothing to
-protect, so that the student sees the grader's verdicts (refusals included).
+Where it runs: when grading, `SandboxedRoom` starts one sandboxed process per notebook
+(`python -m aisys_grader.cleanroom`: a JSON request per line on stdin, a JSON reply per line
+on stdout), which never runs student code itself: it forks a fresh process for each call
+and kills it, with the ranks it started, at the call's time limit. (A sandbox per call cost
+2 s a call for collectives, most of it importing torch; forking from a room that has loaded
+it costs some 0.05 s.) For a student's self-check, `reply` runs in the notebook's own
+process, where there is nothing to protect, so that the student sees the grader's verdicts
+(refusals included).
 """
 
 import __future__

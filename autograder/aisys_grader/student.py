@@ -10,7 +10,8 @@ run the same `bridge.reply` next to the student's code and read its reply with
 cannot be trusted to report: they run the student's definitions again, from the source
 of the cells run so far, in the clean room (cleanroom.py), which replies in the same
 format. Both students use the same clean room: in the notebook's process for a
-self-check, in a fresh sandboxed process per call when grading.
+self-check; when grading, in a sandboxed process of its own that runs each call in a
+fresh process.
 """
 
 import time
