@@ -39,18 +39,20 @@ def namespace(path: Path, extra_code: str = "") -> dict:
     Like a kernel asked to run all cells, a cell that raises does not stop the rest.
     """
     notebook = nbformat.read(path, as_version=4)
-    scope = {"__name__": "__main__"}
+    scope = {"__name__": "__main__", "In": [""]}  # IPython's input history: what the clean room runs again
     for cell in notebook.cells:
         if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
+            scope["In"].append(cell.source)
             try:
                 _run(cell.source, f"<{path.name}:{cell.id}>", scope)
             except Exception:
                 pass
+    scope["In"].append(extra_code)
     _run(extra_code, f"<{path.name}:extra>", scope)
     return scope
 
 
 def grade(exercise: str, scope: dict, *, hidden: bool, seed: int | None = None) -> dict:
     """Result of every check of `exercise` against the functions in `scope`, by check name."""
-    student = InProcessStudent(scope)
+    student = InProcessStudent(scope, exercise)
     return {name: run(check, student, hidden=hidden, seed=seed) for name, check in checks_for(exercise).items()}

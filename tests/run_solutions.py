@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def solution_namespace(path: Path) -> dict:
     code = path.read_text()
     linecache.cache[str(path)] = (len(code), None, code.splitlines(keepends=True), str(path))  # kernels need source
-    namespace = {"__name__": "__main__"}
+    namespace = {"__name__": "__main__", "In": ["", code]}  # In: what the clean room runs again, as in IPython
     exec(compile(code, str(path), "exec"), namespace)
     return namespace
 
@@ -34,7 +34,7 @@ def main(chapter: str, seed: int = 1) -> int:
     for path in sorted((ROOT / "solutions" / chapter).glob(f"{only or '*'}.py")):
         exercise = f"{chapter}/{path.stem}"
         start = time.perf_counter()
-        student = InProcessStudent(solution_namespace(path))
+        student = InProcessStudent(solution_namespace(path), exercise)
         for hidden in (False, True):
             for name, check in checks_for(exercise).items():
                 result = run(check, student, hidden=hidden, seed=seed)

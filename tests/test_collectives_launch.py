@@ -2,6 +2,7 @@
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,6 +147,11 @@ def test_bad_arguments_are_named(kwargs, message):
 
 # --- the grader's side: student.call_ranks -------------------------------------------------------
 
+def notebook() -> dict:
+    """This module as a notebook whose one cell is this file: call_ranks runs the functions from their source."""
+    return {**globals(), "In": ["", Path(__file__).read_text()]}
+
+
 def ring_shift(x):
     shift_right(x)
 
@@ -165,7 +171,7 @@ def raises_on_rank_one(x):
 
 
 def test_call_ranks_returns_each_rank_s_tensors_and_messages_case_by_case():
-    student = InProcessStudent(globals())
+    student = InProcessStudent(notebook())
     cases = [[(np.full(3, r, dtype=np.float32),) for r in range(4)],
              [(np.arange(2, dtype=np.int64) + r,) for r in range(4)]]
     outcomes = student.call_ranks("ring_shift", cases, world_size=4)
@@ -179,7 +185,7 @@ def test_call_ranks_returns_each_rank_s_tensors_and_messages_case_by_case():
 
 
 def test_call_ranks_stops_after_the_first_case_where_a_rank_raised():
-    student = InProcessStudent(globals())
+    student = InProcessStudent(notebook())
     case = [(np.ones(2, dtype=np.float32),) for _ in range(3)]
     outcomes = student.call_ranks("raises_on_rank_one", [case, case], world_size=3)
     assert len(outcomes) == 1
@@ -187,7 +193,7 @@ def test_call_ranks_stops_after_the_first_case_where_a_rank_raised():
 
 
 def test_call_ranks_reports_collectives_missing_and_unfinished_functions():
-    student = InProcessStudent(globals())
+    student = InProcessStudent(notebook())
     case = [[(np.ones(2, dtype=np.float32),) for _ in range(2)]]
     assert "dist.all_reduce was called" in student.call_ranks("cheat", case, world_size=2)[0][0]["error"]
     with pytest.raises(CheckFailure, match="not implemented yet"):
@@ -198,6 +204,7 @@ def test_call_ranks_reports_collectives_missing_and_unfinished_functions():
 
 def test_call_ranks_runs_real_processes_inside_the_grading_sandbox():
     """Forked ranks inside bubblewrap talk over the sandbox's own loopback; a hang ends at the wall timeout."""
+    from aisys_grader.cleanroom import SandboxedRoom
     from aisys_grader.kernel import KernelStudent, SandboxedKernel
     from aisys_grader.sandbox import Sandbox
 
@@ -207,9 +214,11 @@ def test_call_ranks_runs_real_processes_inside_the_grading_sandbox():
               "    y = torch.empty_like(x); q = dist.isend(x.clone(), (r + 1) % p)\n"
               "    dist.recv(y, (r - 1) % p); q.wait(); x.copy_(y)\n"
               "def spin(x):\n    while True: pass\n")
-    with SandboxedKernel(Sandbox.create()) as kernel:
+    sandbox = Sandbox.create()
+    with SandboxedKernel(sandbox) as kernel, SandboxedRoom(sandbox) as room:
         assert kernel.execute(source, 60).status == "ok"
-        student = KernelStudent(kernel)
+        student = KernelStudent(kernel, room=room)
+        student.sources.append(source)  # as the engine does: the cells the kernel ran
         outcomes = student.call_ranks("shift", [[(np.full(2, r, dtype=np.float64),) for r in range(5)]], world_size=5)
         assert [o["tensors"][0][0] for o in outcomes[0]] == [4, 0, 1, 2, 3]
         start = time.monotonic()

@@ -22,6 +22,7 @@ import nbformat
 from . import checks as checks_module
 from . import inert
 from .compare import CheckFailure, redacted
+from .cleanroom import SandboxedRoom
 from .kernel import WALL_FACTOR, Budget, KernelDied, KernelStudent, SandboxedKernel
 from .sandbox import Sandbox
 from .student import BridgeStudent
@@ -210,9 +211,10 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
     else:
         notes = _intake_note(submission)
     try:
-        with SandboxedKernel(sandbox, checks_module.reference_modules(exercise)) as kernel:
+        hidden = checks_module.reference_modules(exercise)
+        with SandboxedKernel(sandbox, hidden) as kernel, SandboxedRoom(sandbox, hidden) as room:
             budget = Budget(kernel, timeouts.notebook, timeouts.wall_factor)
-            student = KernelStudent(kernel, call_timeout=timeouts.call, budget=budget)
+            student = KernelStudent(kernel, call_timeout=timeouts.call, budget=budget, exercise=exercise, room=room)
             exposed = False  # whether hidden data has reached the student's code: from then on, nothing it says
             for cell in program.cells:  # reaches feedback (see compare.redacted)
                 if cell.cell_type != "code":
@@ -227,6 +229,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                     exposed = exposed or (hidden_ran and reaches is student)
                     cell.outputs = _outputs(outcomes[name])
                 elif kernel.alive():
+                    student.sources.append(cell.source)  # what the clean room runs again: see cleanroom.py
                     done = kernel.execute(cell.source, *budget.allowance(timeouts.cell))
                     # feedback shows them: text only (inert), nothing at all once hidden data reached the student
                     cell.outputs = _withheld(done.status) if exposed else inert.outputs(done.outputs)
@@ -240,7 +243,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                 if kernel.death and kernel.death not in notes:
                     notes.append(kernel.death)  # the checks after this point score 0 (unless skipped)
             enforced = {**sandbox.enforced(kernel.job.cgroups, kernel.job.uid), "time": _time_limits(timeouts, kernel)}
-        notes += kernel.job.notes
+        notes += kernel.job.notes + room.notes
     except KernelDied as error:
         notes.append(f"the notebook's kernel could not run: {error}")
         enforced = sandbox.enforced()
@@ -256,8 +259,10 @@ class _Gone(BridgeStudent):
     def __init__(self, why: str):
         self.why = why
 
-    def _reply(self, function: str, data: str, returns: str, profile: bool, ranks: dict | None = None):
+    def _reply(self, function: str, *_):
         raise CheckFailure(f"not graded: {self.why}")
+
+    _room = _reply
 
 
 def _run_check(check, student: BridgeStudent, seed: int) -> tuple[CheckOutcome, bool]:

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -28,6 +29,9 @@ import aisys
 from .cgroups import Cgroups
 from .sandbox import Sandbox
 
+# One thread for numpy's and torch's pools: a job's CPU time is then its work, and jobs share the cores evenly.
+THREADS = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+PASSED_ON = ("AISYS_DEVICE", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")  # the grader's choices, for the job too
 LOG_LIMIT = 64 * 1024  # bytes of the sandbox's own stdout and stderr kept (the rest is read and dropped)
 REMOVE_LIMIT = 100_000  # entries removed from a job's folders at most; more is left, and said
 
@@ -63,6 +67,20 @@ class Job:
                 os.chown(self.ipc, self.uid, self.uid)
         self.cgroups = self.sandbox.cgroups()
         return self
+
+    def python_environment(self) -> dict[str, str]:
+        """The environment of a Python started in the job: the shim's aisys_grader and aisys first on its path,
+        then any package folders outside the installation."""
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": ":".join(map(str, [self.shim, *Sandbox.extra_python_paths()])),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": "/tmp/matplotlib",
+            "LANG": "C.UTF-8",
+            **THREADS,
+        }
+        return env | {name: os.environ[name] for name in PASSED_ON if name in os.environ}
 
     def start(self, argv: list[str], env: dict[str, str], **popen) -> subprocess.Popen:
         """Run argv in the sandbox (or, unsandboxed, as a plain child process); its stdout and stderr are kept

@@ -26,7 +26,7 @@ import zmq
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from . import bridge
+from . import bridge, cleanroom
 from .compare import CheckFailure
 from .job import Job
 from .sandbox import Sandbox
@@ -37,8 +37,6 @@ OUTPUT_LIMIT = 1_000_000  # characters of output kept per cell; the rest is drop
 REPLY_LIMIT = 64 * 2**20  # bytes of one bridge reply (a 2000 x 2300 float64 array is 49 MB of base64)
 MESSAGE_LIMIT = REPLY_LIMIT + 2**20  # bytes of any one message from the kernel, enforced by ZeroMQ
 KERNEL_CODE = {"__init__.py": PACKAGE / "shim.py", "bridge.py": PACKAGE / "bridge.py", "plain.py": PACKAGE / "plain.py"}
-# One thread for numpy's and torch's pools: a job's CPU time is then its work, and jobs share the cores evenly.
-THREADS = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 WALL_FACTOR = 2.0  # where the clock counts CPU seconds, a limit of s seconds is also cut at this many times s of wall
 
 
@@ -89,22 +87,6 @@ class SandboxedKernel:
         seconds = self.job.cpu_seconds()
         return time.monotonic() if seconds is None else seconds
 
-    def _environment(self) -> dict[str, str]:
-        env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            # the shim's aisys_grader and aisys come first; then any package folders outside the installation
-            "PYTHONPATH": ":".join(map(str, [self.job.shim, *Sandbox.extra_python_paths()])),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "MPLBACKEND": "Agg",
-            "MPLCONFIGDIR": "/tmp/matplotlib",
-            "LANG": "C.UTF-8",
-            **THREADS,
-        }
-        for name in ("AISYS_DEVICE", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES"):
-            if name in os.environ:
-                env[name] = os.environ[name]
-        return env
-
     def _start(self) -> None:
         connection = self.job.ipc / "kernel.json"
         write_connection_file(str(connection), transport="ipc", ip=str(self.job.ipc / "zmq"),
@@ -113,7 +95,7 @@ class SandboxedKernel:
             os.chown(connection, self.job.uid, self.job.uid)
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(connection),
                 "--HistoryManager.enabled=False"]
-        self.job.start(argv, self._environment())
+        self.job.start(argv, self.job.python_environment())
         self.context = zmq.Context()
         self.context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_LIMIT)  # every socket of the client refuses larger ones
         self.client = BlockingKernelClient(connection_file=str(connection), context=self.context)
@@ -276,28 +258,33 @@ class Budget:
 
 
 class KernelStudent(BridgeStudent):
-    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data.
+    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data. profiled_call and
+    call_ranks run in the notebook's sandboxed clean room instead (`room`, a cleanroom.SandboxedRoom), on the source
+    of the cells the engine has run in the kernel so far, which it appends to `sources`.
 
     Each call may take `call_timeout` seconds on the job's clock, or what is left of the notebook's
     `budget` when that is less; a call cut by the notebook's limit stops the kernel."""
 
-    def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60, budget: Budget | None = None):
+    def __init__(self, kernel: SandboxedKernel, call_timeout: float = 60, budget: Budget | None = None,
+                 exercise: str | None = None, room: cleanroom.SandboxedRoom | None = None):
         self.kernel = kernel
         self.call_timeout = call_timeout
         self.budget = budget or Budget(kernel)
+        self.exercise = exercise  # for the aisys modules its check module lets students import
+        self.sources: list[str] = []
+        self.room = room
 
     @property
     def cpu_clock(self) -> bool:
         return self.kernel.metered
 
-    def _reply(self, function: str, data: str, returns: str, profile: bool,
-               ranks: dict | None = None) -> tuple[dict | None, float]:
+    def _reply(self, function: str, data: str, returns: str) -> tuple[dict | None, float]:
         __tracebackhide__ = True
         if not self.kernel.alive():
             raise CheckFailure(f"`{function}` could not be called: {self.kernel.death}")
         nonce = secrets.token_hex(16)
         code = (f"__import__('aisys_grader.bridge', fromlist=['call']).call("
-                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r}, {profile!r}, {ranks!r})")
+                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r})")
         done = self.kernel.execute(code, *self.budget.allowance(self.call_timeout))
         if done.status == "timeout":
             if self.budget.exhausted():
@@ -311,6 +298,25 @@ class KernelStudent(BridgeStudent):
                    if o.output_type == "display_data" and isinstance(o.get("data", {}).get(bridge.MIME), dict)
                    and o.data[bridge.MIME].get("nonce") == nonce]
         reply = replies[-1] if replies else None
-        if reply is not None and len(str(reply.get("value", ""))) + len(str(reply.get("launches", ""))) > REPLY_LIMIT:
+        if reply is not None and len(str(reply.get("value", ""))) > REPLY_LIMIT:
             raise CheckFailure(f"the result of `{function}` is larger than {REPLY_LIMIT // 2**20} MiB")
         return reply, done.seconds
+
+    def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None) -> dict | None:
+        __tracebackhide__ = True
+        if self.room is None:
+            raise CheckFailure(f"`{function}` could not be run by the grader: this grading has no clean room")
+        try:
+            request = cleanroom.request(self.sources, dialect, function, data, returns,
+                                        modules=cleanroom.student_may_import(self.exercise), ranks=ranks)
+        except ValueError as error:
+            raise CheckFailure(f"`{function}` could not be run by the grader: {error}") from None
+        # wall seconds: the room's own CPU is not the kernel's; what is left of the notebook's wall time bounds it
+        _, wall = self.budget.allowance(self.call_timeout)
+        reply, _, why = self.room.reply(request, wall)
+        if self.budget.exhausted():
+            self.kernel.kill(self.budget.why)
+            raise CheckFailure(f"`{function}` was stopped: {self.kernel.death}")
+        if reply is None:
+            raise CheckFailure(f"`{function}` {why}")
+        return reply

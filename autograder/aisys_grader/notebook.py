@@ -12,7 +12,7 @@ from .student import InProcessStudent
 def checker(exercise: str, namespace: dict):
     """A `check(name, hidden=False)` function bound to the notebook's namespace (pass `globals()`)."""
     checks = checks_for(exercise)
-    student = InProcessStudent(namespace)
+    student = InProcessStudent(namespace, exercise)
 
     def check(name: str, hidden: bool = False) -> None:
         __tracebackhide__ = True

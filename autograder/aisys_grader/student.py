@@ -5,12 +5,19 @@ namespace, for a student's self-check in JupyterLab; `kernel.KernelStudent`
 implements it across the process boundary into a sandboxed grading kernel. Both
 run the same `bridge.reply` next to the student's code and read its reply with
 `value_from_reply`, so a check behaves the same either way.
+
+`profiled_call` and `call_ranks` grade how code runs, which the student's own process
+cannot be trusted to report: they run the student's definitions again, from the source
+of the cells run so far, in the clean room (cleanroom.py), which replies in the same
+format. Both students use the same clean room: in the notebook's process for a
+self-check; when grading, in a sandboxed process of its own that runs each call in a
+fresh process.
 """
 
 import time
 from typing import Any, Protocol
 
-from . import bridge, plain
+from . import bridge, cleanroom, plain
 from .compare import CheckFailure, exception_name, redacting
 
 
@@ -30,7 +37,8 @@ class Student(Protocol):
         of every process of the student's where `cpu_clock` says so, so a busy machine changes nothing."""
 
     def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
-        """`call` with kernels run in the SIMT simulator: the value and one report (plain dict) per launch."""
+        """`call` in the clean room, with kernels run in the SIMT simulator: the value and one report (plain dict)
+        per launch. The function and what it uses must be written in the simulator's dialect (grammar.SIMT)."""
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
                    timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
@@ -43,6 +51,8 @@ class Student(Protocol):
         a collective raises there) and "error" (None, or 'Type: message'). Cases stop after the
         first one in which any rank raised. CheckFailure if the ranks died or hung (`timeout` bounds
         each receive, `wall_timeout` the whole run), or `function` is missing or not implemented.
+        The ranks run in the clean room: the function and what it uses must be written in the
+        dialect of grammar.RANKS.
         """
 
 
@@ -72,7 +82,9 @@ def value_from_reply(function: str, reply, returns: str):
     elif status == "raised":
         raise CheckFailure(f"`{function}` raised {reply.get('error')}: {reply.get('message')}")
     elif status == "not_plain":
-        raise CheckFailure(f"the result of `{function}` is not plain data" if redacting() else str(reply.get("message")))
+        raise CheckFailure("the result is not plain data" if redacting() else str(reply.get("message"))[:2000])
+    elif status == "refused":  # the clean room does not run a definition the call needs (grammar.py says why)
+        raise CheckFailure(str(reply.get("message"))[:2000])
     raise CheckFailure(f"calling `{function}` gave no readable result")
 
 
@@ -87,7 +99,8 @@ def launches_from_reply(function: str, reply) -> list[dict]:
 
 
 class BridgeStudent:
-    """call, timed_call and profiled_call, for a student whose `_reply` gives a bridge reply and its seconds."""
+    """call and timed_call through `_reply` (the student's own namespace or kernel: a bridge reply and its seconds);
+    profiled_call and call_ranks through `_room` (the clean room's reply to a cleanroom.request)."""
 
     cpu_clock = False
 
@@ -97,19 +110,19 @@ class BridgeStudent:
 
     def timed_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, float]:
         __tracebackhide__ = True
-        reply, seconds = self._reply(function, payload(args, kwargs), returns, profile=False)
+        reply, seconds = self._reply(function, payload(args, kwargs), returns)
         return value_from_reply(function, reply, returns), seconds
 
     def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
         __tracebackhide__ = True
-        reply, _ = self._reply(function, payload(args, kwargs), returns, profile=True)
+        reply = self._room(function, "simt", payload(args, kwargs), returns)
         return value_from_reply(function, reply, returns), launches_from_reply(function, reply)
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
                    timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
         __tracebackhide__ = True
         ranks = {"world_size": world_size, "backend": backend, "timeout": timeout, "wall_timeout": wall_timeout}
-        reply, _ = self._reply(function, payload((cases,), {}), "list", profile=False, ranks=ranks)
+        reply = self._room(function, "ranks", payload((cases,), {}), "list", ranks)
         per_case = value_from_reply(function, reply, "list")
         try:
             return [[plain.require(outcome, "mapping", "a rank's outcome") for outcome in
@@ -119,14 +132,25 @@ class BridgeStudent:
 
 
 class InProcessStudent(BridgeStudent):
-    """Student code living in a namespace of this process (a notebook's globals)."""
+    """Student code living in a namespace of this process (a notebook's globals). Its clean room runs here too, on
+    the cells IPython keeps in the namespace's `In` (the source of each cell run, in order)."""
 
     cpu_clock = True
 
-    def __init__(self, namespace: dict):
+    def __init__(self, namespace: dict, exercise: str | None = None):
         self.namespace = namespace
+        self.exercise = exercise  # for the aisys modules its check module lets students import
 
-    def _reply(self, function: str, data: str, returns: str, profile: bool, ranks: dict | None = None):
+    def _reply(self, function: str, data: str, returns: str):
         start = time.process_time()
-        reply = bridge.reply(self.namespace, function, data, returns, profile, ranks)
+        reply = bridge.reply(self.namespace, function, data, returns)
         return reply, time.process_time() - start
+
+    def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None) -> dict:
+        __tracebackhide__ = True
+        sources = self.namespace.get("In")
+        if not (isinstance(sources, list) and all(isinstance(s, str) for s in sources)):
+            raise CheckFailure(f"`{function}` is graded from the source of your notebook's cells, which IPython "
+                               "keeps in `In`; run this check in a notebook (Jupyter or IPython)")
+        return cleanroom.reply(cleanroom.request(sources, dialect, function, data, returns,
+                                                 modules=cleanroom.student_may_import(self.exercise), ranks=ranks))

@@ -39,6 +39,20 @@
 # the simulator reports for every source line the sectors each access touched against the
 # fewest that would hold its bytes. Write the functions yourself: when grading, the
 # reference `aisys.cuda_kernels` cannot be imported.
+#
+# **What is graded where.** The checks call your functions in your notebook for their
+# results, but read coalescing, bank conflicts, divergence and races from a run of their
+# own: the grader takes the source of the cells you ran, keeps their imports, `def`s and
+# assignments to names (a later one replaces an earlier one; calls, loops and `with` blocks
+# such as the demos are left out), and runs them again in a fresh process, in its own
+# simulator, which nothing your notebook does can reach. Only the kernel dialect runs there:
+# arithmetic, comparisons, indexing and slicing, tuples, lists, dicts, comprehensions,
+# `if`/`for`/`while`, `try`/`raise`, lambdas, f-strings, `def` decorated with `@cuda.jit`,
+# `@functools.cache` or `@functools.lru_cache` only; imports of `numpy`, `math`, `functools`
+# and `aisys.simt`, with `cuda.*` and the numpy functions and array attributes these
+# exercises use; no `class`, `with`, `global` or `yield`, no name or attribute starting with
+# `_`, no `getattr`, `eval`, `open` or `type`. A check that needs a definition outside the
+# dialect fails, naming its line, the construct and why: in this notebook as when grading.
 
 # %%
 import numpy as np

@@ -25,6 +25,21 @@
 # empty and ragged blocks, several dtypes, ranks with no tokens and every token sent to one
 # expert. `aisys.collectives.launch` can be imported when grading; the reference answers
 # cannot.
+#
+# **What is graded where.** The checks of the functions that run on ranks take neither the
+# tensors nor the messages from your notebook's processes: the grader takes the source of
+# the cells you ran, keeps their imports, `def`s and assignments to names (a later one
+# replaces an earlier one; calls, loops and demos are left out), runs them again in a fresh
+# process of its own and starts the ranks there, each recording the messages it posts to the
+# process group out of your code's reach. Only the ranks' dialect runs there: plain Python
+# (arithmetic, indexing and slicing, comprehensions, `if`/`for`/`while`, `try`/`raise`,
+# lambdas, f-strings, `def`), imports of `torch`, `torch.distributed`, `numpy`, `math` and
+# `functools`, with the point-to-point functions of `torch.distributed` and the tensor
+# functions and methods these exercises use; no `class`, `with`, `global` or `yield`, no
+# name or attribute starting with `_`, no `getattr`, `eval` or `open`. A collective such as
+# `dist.all_reduce` passes the grammar and raises where the messages are recorded. A check
+# that needs a definition outside the dialect fails, naming its line, the construct and why:
+# in this notebook as when grading.
 
 # %%
 import math

@@ -21,7 +21,7 @@ from ...checks import check, require_gpu
 from ...compare import CheckFailure
 
 EXERCISE = "06-collectives/ring_allreduce"
-STUDENT_MAY_IMPORT = ("aisys.collectives.launch",)  # the notebook starts its ranks with it, and the bridge does
+STUDENT_MAY_IMPORT = ("aisys.collectives.launch",)  # the notebook starts its ranks with it, and the clean room does
 DTYPES = ("float32", "float64", "int64")
 EPSILON = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.float64).eps)}
 PHASES = {"ring_reduce_scatter": "reduce_scatter", "ring_all_gather": "all_gather", "ring_all_reduce": "all_reduce"}

@@ -19,7 +19,7 @@ from ...checks import check
 from ...compare import CheckFailure
 
 EXERCISE = "06-collectives/tree_allreduce"
-STUDENT_MAY_IMPORT = ("aisys.collectives.launch",)  # the notebook starts its ranks with it, and the bridge does
+STUDENT_MAY_IMPORT = ("aisys.collectives.launch",)  # the notebook starts its ranks with it, and the clean room does
 DTYPES = ["int64", "int32", "float16", "float32", "float64"]
 
 
