@@ -208,10 +208,16 @@ _forge()
 """
 
 SURROGATES = """
-import sys
-print("lone surrogates: \\udcff \\ud800")
-sys.stderr.write("\\udcfe\\n")
-raise ValueError("\\udc80")
+import json
+from jupyter_client.jsonutil import json_default
+from jupyter_client.session import Session
+print("lone surrogates: \\udcff")
+kernel = get_ipython().kernel  # JSON may escape a lone surrogate (\\ud800); UTF-8 cannot hold it
+escaping = Session(key=kernel.session.key, username="kernel")
+escaping.pack = lambda message: json.dumps(message, default=json_default, ensure_ascii=True).encode()
+escaping.send(kernel.iopub_socket, "stream", {"name": "stdout", "text": "\\ud800 \\udfff"}, parent=kernel.get_parent())
+sent = escaping.send(kernel.iopub_socket, "error", {"ename": "\\ud800", "evalue": "\\udc80", "traceback": ["\\ud801"]},
+                     parent=kernel.get_parent())
 """
 
 DEEP_FOLDERS = """
