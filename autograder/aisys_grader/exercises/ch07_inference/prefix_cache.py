@@ -65,8 +65,9 @@ def _compare_runs(student, ops: list, capacity: int, label: str) -> None:
         for field in ("result", "evicted", "cached", "sequences"):
             if mine.get(field) != theirs[field]:
                 hint = _hint(ops[i], field, theirs, mine)
-                raise CheckFailure(f"{where}: after {_shown(ops[i])} (op {i + 1} of {len(ops)}), {field}: expected "
-                                   f"{describe(theirs[field])}, got {describe(mine.get(field))}"
+                differs = unredacted(f"expected {describe(theirs[field])}, got {describe(mine.get(field))}",
+                                     "differs from the reference")
+                raise CheckFailure(f"{where}: after {_shown(ops[i])} (op {i + 1} of {len(ops)}), {field}: {differs}"
                                    f"{': ' + hint if hint else ''}.{replay}")
     if len(got) != len(expected):
         raise CheckFailure(f"{where}: run_operations reported {len(got)} operations of {len(ops)}")
