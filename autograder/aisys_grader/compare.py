@@ -102,6 +102,29 @@ def describe(value, limit: int = 6) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def shown(value, spec: str = "") -> str:
+    """A value as a check's own message quotes it: `format(value, spec)` outside `redacted()` (`spec="!r"`: its
+    repr), so visible cases read as they always did; inside, its kind and size only, as `describe` gives it."""
+    if redacting():
+        return _kind(value)
+    return repr(value) if spec == "!r" else format(value, spec)
+
+
+def unredacted(text: str, instead: str = "") -> str:
+    """`text` outside `redacted()`, `instead` inside: for a clause of a message that quotes values of a case
+    (an input, the expected answer, what the student's code gave) rather than the rule it breaks."""
+    return instead if redacting() else text
+
+
+def raised(error) -> str:
+    """What a student's code raised, given as 'Type: message' (a rank's error, a driver's record): all of it
+    outside `redacted()`; inside, the exception's name as `exception_name` allows, without its message."""
+    if not redacting():
+        return str(error)
+    name = str(error).split(":", 1)[0].strip()
+    return f"{exception_name(name)} (its message is not shown here: it could carry the hidden data)"
+
+
 def _close(got: float, expected: float, rtol: float, atol: float) -> bool:
     if math.isnan(expected) or math.isinf(expected):
         return (math.isnan(expected) and math.isnan(got)) or got == expected

@@ -16,7 +16,7 @@ import torch
 from aisys.triton_kernels import reduction as reference  # noqa: F401  the answer key: kept out of the grading kernel
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe, tolerance
+from ...compare import CheckFailure, assert_close, describe, shown, tolerance
 from ...low_precision import TORCH_DTYPES, as_sent
 
 EXERCISE = "02-gpu-programming/triton_reduction"
@@ -157,7 +157,8 @@ def empty_inputs(student, rng, hidden):
     for dtype in DTYPES if hidden else ("fp32",):
         empty = as_sent(np.zeros(0), dtype)
         if (got := student.call("vector_sum", x=empty, dtype=dtype, returns="number")) != 0:
-            raise CheckFailure(f"vector_sum of an empty {dtype} vector returned {got!r}; the sum of no elements is 0")
+            raise CheckFailure(f"vector_sum of an empty {dtype} vector returned {shown(got, '!r')}; the sum of no "
+                               "elements is 0")
         _raises_value_error(student, "vector_max", "the maximum of no elements is undefined", x=empty, dtype=dtype)
         rows = int(rng.integers(1, 5)) if hidden else 3
         no_cols = as_sent(np.zeros((rows, 0)), dtype)

@@ -15,7 +15,7 @@ from aisys import dtypes, gemm_tiling
 from aisys.gemm_tiling import Tiling, fits
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, redacting
 from ...plain import to_plain
 
 EXERCISE = "03-tensor-cores/gemm_tiling"
@@ -222,6 +222,12 @@ def _best_hint(case, got, expected) -> str:
     chosen, best = Tiling(**candidates[candidates.index(got)]), Tiling(**expected)
     used, needed = gemm_tiling.resources(chosen, dtype), gemm_tiling.resources(best, dtype)
     if not fits(chosen, dtype, case["smem_limit"], case["regs_limit"]):
+        if redacting():  # the limits and the candidates are the hidden case's
+            over = [what for what, used_, limit in (
+                ("shared memory", used.shared_memory, case["smem_limit"]),
+                ("accumulator registers per thread", used.accumulator_registers, case["regs_limit"])) if used_ > limit]
+            return (f"Your choice does not fit: it needs more {' and more '.join(over) or 'resources'} than this case "
+                    "allows. Keep only the candidates within both limits, then choose.")
         return (f"Your choice does not fit: it needs {used.shared_memory:g} bytes of shared memory (limit "
                 f"{case['smem_limit']}) and {used.accumulator_registers} accumulator registers per thread (limit "
                 f"{case['regs_limit']}). Keep only the candidates within both limits, then choose.")

@@ -22,7 +22,7 @@ import numpy as np
 from aisys import conv
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, redacting
 
 EXERCISE = "03-tensor-cores/im2col"
 
@@ -135,11 +135,17 @@ def output_size(student, rng, hidden):
     for i, values in enumerate(cases, 1):
         case = dict(zip(names, values))
         expected = conv.output_size(**case)
-        call = f"output_size({', '.join(f'{k}={v}' for k, v in case.items())})"
+        call = f"output_size({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
         got = student.call("output_size", returns="integer", **case)
         if got != expected:
             size, kernel, stride, padding, dilation = values
             span = dilation * (kernel - 1) + 1
+            if redacting():  # the five integers are the hidden case
+                raise CheckFailure(
+                    f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {call}: differs from the reference. "
+                    "The kernel spans dilation (kernel - 1) + 1 pixels of the padded input's size + 2 padding; "
+                    "windows start every `stride` pixels, and one that would run past the end is dropped: "
+                    "floor((size + 2 padding - span) / stride) + 1, rounding down, never up.")
             raise CheckFailure(
                 f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {call}: expected {expected}, got {got}. "
                 f"The kernel spans dilation (kernel - 1) + 1 = {span} pixels of the padded input's "

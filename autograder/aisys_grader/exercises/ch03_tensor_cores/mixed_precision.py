@@ -20,7 +20,7 @@ import numpy as np
 from aisys import mixed_precision as reference
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, redacting, shown, unredacted
 
 EXERCISE = "03-tensor-cores/mixed_precision"
 
@@ -124,6 +124,9 @@ def _compare_roundings(student, function: str, cases: list[dict], hidden: bool) 
         if wrong.any():
             j = np.unravel_index(int(np.argmax(wrong)), wrong.shape)
             x = case["x"][j]
+            if redacting():  # the input, the rounded value and the student's are the hidden case's
+                raise CheckFailure(f"{label}: {call}: {int(wrong.sum())} of {wrong.size} values differ; first at index "
+                                   f"{tuple(map(int, j))}. {_rounding_hint(x, g[j], e[j], dtype)}")
             raise CheckFailure(
                 f"{label}: {call}: {int(wrong.sum())} of {wrong.size} values differ; at index {tuple(map(int, j))}, "
                 f"x = {float(x)!r} (bits {_hex(x)}) rounds to {float(e[j])!r} (bits {_hex(e[j])}), "
@@ -193,7 +196,8 @@ def lost_update(student, rng, hidden):
         cases = [case for dtype in DTYPES for case in _lost_update_cases(rng, dtype)]
     for i, (case, why) in enumerate(cases, 1):
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"lost_update({', '.join(f'{k}={v!r}' for k, v in case.items())})"
+        arguments = [f"{k}={v!r}" if k == "dtype" else f"{k}={shown(v, '!r')}" for k, v in case.items()]
+        call = f"lost_update({', '.join(arguments)})"
         try:
             assert_close(student.call("lost_update", returns="boolean", **case), reference.lost_update(**case))
         except CheckFailure as failure:
@@ -212,7 +216,8 @@ def stagnation(student, rng, hidden):
                     if got == 2 ** (p - 1) else
                     " At n = 2^p, n + 1 is already a tie between n and n + 2, which rounds to n (even)."
                     if got == 2**p + 1 else "")
-            raise CheckFailure(f"stagnation(dtype={dtype!r}): expected {expected}, got {got!r}.{hint}")
+            differs = unredacted(f"expected {expected}, got {got!r}", "differs from the reference")
+            raise CheckFailure(f"stagnation(dtype={dtype!r}): {differs}.{hint}")
 
 
 def _dot_inputs(rng, K: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -314,18 +319,19 @@ def error_bound(student, rng, hidden):
                  for _ in range(6)]
     for i, (K, accumulate, order) in enumerate(plan, 1):
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(plan)}"
-        call = f"error_bound(K={K}, accumulate={accumulate!r}, order={order!r})"
+        call = f"error_bound(K={describe(K)}, accumulate={accumulate!r}, order={order!r})"
         got = student.call("error_bound", returns="number", K=K, accumulate=accumulate, order=order)
         expected = reference.error_bound(K, accumulate, order)
         n, u = reference.roundings(K, order), reference.unit_roundoff(accumulate)
         if order == "sequential" and 2 <= K <= 4096 and (measured := _near_worst_case(K, accumulate)) > got:
             raise CheckFailure(
-                f"{label}: {call} = {got!r}, but a sum of 1 and {K - 1} terms just over half the spacing after 1 "
-                f"errs by {measured:.3g}: a bound must hold for every input. sqrt(n) u is the typical size of "
-                "random rounding errors; when they all err the same way they add up to n u.")
+                f"{label}: {call}" + unredacted(f" = {got!r}", ": the bound") + ", but a sum of 1 and "
+                + unredacted(f"{K - 1} terms", "K - 1 terms") + " just over half the spacing after 1 errs by "
+                + unredacted(f"{measured:.3g}", "more") + ": a bound must hold for every input. sqrt(n) u is the "
+                "typical size of random rounding errors; when they all err the same way they add up to n u.")
         if math.isinf(expected) and not math.isinf(got):
-            raise CheckFailure(f"{label}: {call}: n u = {n * u:g} >= 1, where gamma_n is meaningless: "
-                               f"return math.inf, got {got!r}.")
+            raise CheckFailure(f"{label}: {call}: n u" + unredacted(f" = {n * u:g}") + " >= 1, where gamma_n is "
+                               f"meaningless: return math.inf, got {shown(got, '!r')}.")
         try:
             assert_close(got, expected, rtol=1e-9, atol=0)
         except CheckFailure as failure:
@@ -334,7 +340,7 @@ def error_bound(student, rng, hidden):
             elif math.isclose(got, math.sqrt(n) * u):
                 hint = " sqrt(n) u is the typical size of random rounding errors, not a bound for every input."
             else:
-                hint = f" Each product passes through n = {n} roundings here" + (
+                hint = f" Each product passes through n{unredacted(f' = {n}')} roundings here" + (
                     " (ceil(log2 K) levels of the tree, plus its own)." if order == "pairwise" else ".")
             raise CheckFailure(f"{label}: {call}: {failure}.{hint}") from None
 
@@ -352,18 +358,19 @@ def typical_error(student, rng, hidden):
             seed = int(rng.integers(2**31))
             measured = reference.measured_errors(Ks, storage, accumulate, order, "random", TYPICAL_TRIALS, seed)
             for K, median in zip(Ks, measured):
-                call = f"typical_error(K={K}, accumulate={accumulate!r}, order={order!r})"
+                call = f"typical_error(K={describe(K)}, accumulate={accumulate!r}, order={order!r})"
                 got = student.call("typical_error", returns="number", K=K, accumulate=accumulate, order=order)
                 if not median / TYPICAL_FACTOR <= got <= median * TYPICAL_FACTOR:
                     raise CheckFailure(
-                        f"{call} = {got!r}, but the median relative error of {TYPICAL_TRIALS} dot products of "
-                        f"standard normal {storage} data is {median:.3g}: more than {TYPICAL_FACTOR} times off. "
-                        + _typical_hint(K, accumulate, order, got))
+                        f"{call}" + unredacted(f" = {got!r}") + f", but the median relative error of {TYPICAL_TRIALS} "
+                        f"dot products of standard normal {storage} data is "
+                        + unredacted(f"{median:.3g}: ", "") + f"more than {TYPICAL_FACTOR} times off"
+                        + unredacted("", " from it") + ". " + _typical_hint(K, accumulate, order, got))
 
 
 def _typical_hint(K: int, accumulate: str, order: str, got: float) -> str:
     n, u = reference.roundings(K, order), reference.unit_roundoff(accumulate)
-    where = f"Here n = {n} roundings and u = 2^{round(math.log2(u))}. "
+    where = unredacted(f"Here n = {n} roundings and ", "Here ") + f"u = 2^{round(math.log2(u))}. "
     if math.isclose(got, n * u, rel_tol=0.01) or math.isclose(got, K * u, rel_tol=0.01):
         return where + ("n u is the worst case, where all the roundings err the same way; random rounding errors "
                         "add like a random walk.")

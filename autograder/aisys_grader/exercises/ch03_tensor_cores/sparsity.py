@@ -19,7 +19,7 @@ import numpy as np
 from aisys import sparsity
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, unredacted
 
 EXERCISE = "03-tensor-cores/sparsity"
 DTYPES = ["float32", "float16", "float64", "int8", "int32"]
@@ -100,7 +100,8 @@ def _positions(metadata: np.ndarray, K: int) -> np.ndarray:
 
 def _group_text(W: np.ndarray, row: int, group: int) -> str:
     first = 4 * group
-    return f"row {row}, group {group} (columns {first}..{first + 3}) = {W[row, first:first + 4].tolist()}"
+    values = unredacted(f" = {W[row, first:first + 4].tolist()}")  # W's values are a hidden case's data
+    return f"row {row}, group {group} (columns {first}..{first + 3}){values}"
 
 
 def _pruning_hint(W: np.ndarray, got_mask: np.ndarray, expected_mask: np.ndarray) -> str:
@@ -114,7 +115,8 @@ def _pruning_hint(W: np.ndarray, got_mask: np.ndarray, expected_mask: np.ndarray
         return "The right elements, in the wrong type: return a boolean array (dtype bool)."
     row, group = (int(i) for i in wrong_groups[0])
     mine, yours = np.flatnonzero(expected_mask.reshape(M, K // 4, 4)[row, group]), np.flatnonzero(kept[row, group])
-    text = f"In {_group_text(W, row, group)}, keep positions {mine.tolist()}; yours keeps {yours.tolist()}."
+    text = f"In {_group_text(W, row, group)}, " + unredacted(f"keep positions {mine.tolist()}; yours keeps "
+                                                             f"{yours.tolist()}.", "yours keeps other positions.")
     values = W[row, 4 * group:4 * group + 4].astype(np.float64)
     if len(yours) != 2:
         return text + (" Keep exactly 2 of each group of 4 consecutive elements of a row (along K), not of a "
@@ -141,8 +143,9 @@ def _metadata_hint(indices: np.ndarray, got: np.ndarray, expected: np.ndarray) -
         return "Your positions are swapped within each group: the first (lower) position goes in the LOW 2 bits."
     row, byte = (int(i) for i in np.argwhere(got != expected)[0])
     groups = indices[row, 4 * byte:4 * byte + 4].tolist()
-    return (f"Row {row}, byte {byte} holds groups {2 * byte} and {2 * byte + 1}, positions {groups}: expected "
-            f"{int(expected[row, byte]):#010b}, got {int(got[row, byte]):#010b}. Byte = nibble(2j) | "
+    return (f"Row {row}, byte {byte} holds groups {2 * byte} and {2 * byte + 1}"
+            + unredacted(f", positions {groups}: expected {int(expected[row, byte]):#010b}, got "
+                         f"{int(got[row, byte]):#010b}", " and differs") + ". Byte = nibble(2j) | "
             "nibble(2j+1) << 4, nibble = first | second << 2: the 2-bit fields fill each byte from the least "
             "significant end.")
 
@@ -217,8 +220,9 @@ def compress(student, rng, hidden):
             row, t = (int(i) for i in np.argwhere(got_positions != positions)[0])
             pair = slice(t - t % 2, t - t % 2 + 2)  # the two positions of value t's group
             raise CheckFailure(
-                f"{where}: metadata: in {_group_text(W, row, t // 2)} expected positions "
-                f"{positions[row, pair].tolist()}, got {got_positions[row, pair].tolist()}"
+                f"{where}: metadata: in {_group_text(W, row, t // 2)} "
+                + unredacted(f"expected positions {positions[row, pair].tolist()}, got "
+                             f"{got_positions[row, pair].tolist()}", "the positions differ") +
                 " (read with the layout of part 2). Store the non-zeros' positions in increasing order; a group with "
                 "fewer than 2 non-zeros completes them with its lowest zero positions, as mask_2_4 keeps them.")
         if values.dtype != W.dtype:
@@ -284,7 +288,9 @@ def compressed_bytes(student, rng, hidden):
         except CheckFailure as failure:
             M, K = case["M"], case["K"]
             values = expected - M * sparsity.metadata_columns(K)
+            sizes = unredacted(f"Expected {values} bytes of values (K/2 per row) + {M * sparsity.metadata_columns(K)} "
+                               f"of metadata (ceil(K / 8) = {sparsity.metadata_columns(K)} bytes per row).",
+                               "Expected the bytes of K/2 values per row + ceil(K / 8) bytes of metadata per row.")
             raise CheckFailure(
-                f"{_label(hidden, i, len(cases))}: {_call_text('compressed_bytes', case)}: {failure}. Expected "
-                f"{values} bytes of values (K/2 per row) + {M * sparsity.metadata_columns(K)} of metadata "
-                f"(ceil(K / 8) = {sparsity.metadata_columns(K)} bytes per row).") from None
+                f"{_label(hidden, i, len(cases))}: {_call_text('compressed_bytes', case)}: {failure}. {sizes}"
+            ) from None

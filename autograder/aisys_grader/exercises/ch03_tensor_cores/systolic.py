@@ -21,13 +21,17 @@ bridge call costs about 4 ms in the sandboxed kernel: the step cases stay small 
 6 x 6, streams up to 12), which is enough to expose every mistake.
 """
 
+import contextlib
+from unittest import mock
+
 import numpy as np
 
+import aisys.systolic.array as array_model
 import aisys.systolic.dataflows as reference  # the answer key: kept out of the grading kernel
 from aisys.systolic.array import NAMES, STEP_NAMES, run, run_schedule, tile_ranges
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, redacting, unredacted
 
 EXERCISE = "03-tensor-cores/systolic"
 STUDENT_MAY_IMPORT = ("aisys.systolic.array",)  # the model the notebook runs; dataflows stays hidden
@@ -49,6 +53,27 @@ def _matrices(rng, m: int, k: int, n: int, dtype: str) -> tuple[np.ndarray, np.n
     return values[:m * k].reshape(m, k), values[m * k:].reshape(k, n)
 
 
+@contextlib.contextmanager
+def _registers_unquoted():
+    """Inside `redacted()`, the array model's messages name each register's element and PE (A[1, 2] at PE(0, 1))
+    but not the value it holds, which is a hidden input or what the student's step made of one: the model quotes
+    values only through `_number` and `_short`, which say "a value" and give a kind here. (An option of the
+    model's own would be cleaner; the model is not the checks'.)"""
+    if not redacting():
+        yield
+        return
+    with mock.patch.object(array_model, "_number", lambda value: "a value"), \
+            mock.patch.object(array_model, "_short", describe):
+        yield
+
+
+def _call(function: str, case: tuple) -> str:
+    """'cycles(M=..., N=..., K=..., rows=..., cols=..., dataflow=...)': the sizes are this function's whole input, so
+    inside `redacted()` they read as integers, as compare_cases shows them."""
+    sizes = ", ".join(f"{k}={describe(v)}" for k, v in zip(("M", "N", "K", "rows", "cols"), case))
+    return f"{function}({sizes}, dataflow={case[5]!r})"
+
+
 # ---------------------------------------------------------------------------------------------- skew
 
 SKEW_VISIBLE = [(3, 4), (2, 5)]  # (n streams, length)
@@ -65,8 +90,8 @@ def _skew_table(student, n: int, length: int) -> list[np.ndarray]:
         except ValueError:  # a ragged list
             index = np.asarray(None)
         if index.shape != (n,) or index.dtype.kind not in "iuf" or not np.array_equal(index, np.round(index)):
-            raise CheckFailure(f"skew({t}, {n}, {length}) returned {describe(got)}; it must return {n} integers, "
-                               "one per stream (an array or a list)")
+            raise CheckFailure(f"skew({t}, {describe(n)}, {describe(length)}) returned {describe(got)}; it must "
+                               f"return {unredacted(str(n), 'n')} integers, one per stream (an array or a list)")
         table.append(index.astype(np.int64))
     return table
 
@@ -95,17 +120,20 @@ def _skew_consequence(table: list[np.ndarray], n: int, length: int, rng) -> str:
     try:
         trace = run(A, B, n, n, "os", step=reference.os_step, skew=feed)
     except ValueError as error:
-        return f" Fed to an output-stationary {n} x {n} array, it fails: {error}."
+        return unredacted(f" Fed to an output-stationary {n} x {n} array, it fails: {error}.",
+                          " Fed to an output-stationary n x n array, it fails: the model refuses it.")
     wrong = int((trace.output != A.astype(np.int64) @ B).sum())
-    where = f" Fed to an output-stationary {n} x {n} array (A {n} x {length} @ B {length} x {n})"
+    where = unredacted(f" Fed to an output-stationary {n} x {n} array (A {n} x {length} @ B {length} x {n})",
+                       " Fed to an output-stationary n x n array (A n x length @ B length x n)")
     if trace.mismatches:
-        return (f"{where}: in {trace.mismatches[0]}, and {wrong} of the {n * n} outputs come out wrong: the two "
-                "operands of a multiply-add must share their k.")
+        return (f"{where}: in {trace.mismatches[0]}, and {wrong} of the {unredacted(str(n * n), 'n x n')} outputs "
+                "come out wrong: the two operands of a multiply-add must share their k.")
     if wrong:
-        return f"{where}, {wrong} of the {n * n} outputs come out wrong."
+        return f"{where}, {wrong} of the {unredacted(str(n * n), 'n x n')} outputs come out wrong."
     expected = reference.cycles(n, n, length, n, n, "os")
     if trace.cycles != expected:
-        return f"{where}, the product is right but takes {trace.cycles} cycles instead of {expected}."
+        return f"{where}, the product is right but takes " + unredacted(
+            f"{trace.cycles} cycles instead of {expected}.", "another number of cycles than the reference's.")
     return ""
 
 
@@ -115,13 +143,17 @@ def skew(student, rng, hidden):
     cases = SKEW_HIDDEN + [(int(rng.integers(1, 7)), int(rng.integers(1, 13))) for _ in range(2)] if hidden \
         else SKEW_VISIBLE
     for i, (n, length) in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)} (n={n}, length={length})"
+        label = (f"{'hidden case' if hidden else 'case'} {i} of {len(cases)} "
+                 f"(n={describe(n)}, length={describe(length)})")
         table = _skew_table(student, n, length)
         for t, got in enumerate(table):
             expected = reference.skew(t, n, length)
             if not np.array_equal(got, expected):
+                stream = int(np.flatnonzero(got != expected)[0])
+                differs = unredacted(f"returned {got.tolist()}, expected {expected.tolist()}",
+                                     f"differs from the reference's first at stream {stream}")
                 raise CheckFailure(
-                    f"{label}: skew({t}, {n}, {length}) returned {got.tolist()}, expected {expected.tolist()}. "
+                    f"{label}: skew({t}, {describe(n)}, {describe(length)}) {differs}. "
                     f"{_skew_hint(table, n)}{_skew_consequence(table, n, length, rng)}")
 
 
@@ -181,7 +213,8 @@ def _step_check(student, rng, hidden: bool, dataflow: str) -> None:
                  f"array, A {m} x {k} @ B {k} x {n}, {dtype}")
         expected = run(A, B, rows, cols, dataflow, step=reference.STEPS[dataflow], skew=reference.skew)
         try:
-            mine = run(A, B, rows, cols, dataflow, step=_bridged(student, function), skew=reference.skew)
+            with _registers_unquoted():
+                mine = run(A, B, rows, cols, dataflow, step=_bridged(student, function), skew=reference.skew)
             _compare_runs(mine, expected)
         except (CheckFailure, ValueError) as failure:
             raise CheckFailure(f"{label}: {failure}") from None
@@ -253,12 +286,12 @@ def cycles(student, rng, hidden):
         else CYCLES_VISIBLE
     for i, case in enumerate(cases, 1):
         M, N, K, rows, cols, dataflow = case
-        call = f"cycles(M={M}, N={N}, K={K}, rows={rows}, cols={cols}, dataflow={dataflow!r})"
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {call}"
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {_call('cycles', case)}"
         got = student.call("cycles", M=M, N=N, K=K, rows=rows, cols=cols, dataflow=dataflow, returns="integer")
         expected = reference.cycles(*case)
         if got != expected:
-            raise CheckFailure(f"{label}: expected {expected}, got {got}{_cycles_hint(case, got)}")
+            differs = unredacted(f"expected {expected}, got {got}", "differs from the reference")
+            raise CheckFailure(f"{label}: {differs}{_cycles_hint(case, got)}")
 
 
 # ---------------------------------------------------------------------------------------------- schedule
@@ -284,8 +317,9 @@ def _coverage(tiles: list, M: int, N: int, K: int) -> np.ndarray:
     for i, tile in enumerate(tiles):
         try:
             ms, ns, ks = tile_ranges(tile, M, N, K, f"tile {i}")
-        except ValueError as error:
-            raise CheckFailure(str(error)) from None
+        except ValueError as error:  # its text quotes the sizes of the product, a hidden case's
+            raise CheckFailure(unredacted(str(error), f"tile {i} must be a dict with keys 'm', 'n' and 'k', each "
+                                                      "[start, stop] with 0 <= start < stop <= that size")) from None
         count[ms, ns, ks] += 1
     return count
 
@@ -300,8 +334,10 @@ def _coverage_failure(count: np.ndarray, case: tuple) -> str | None:
             cuts = [("M", M, rows, m)] if dataflow == "os" else [("K", K, rows, k)]
             for name, size, step, at in cuts + [("N", N, cols, n)]:
                 if what.startswith("no") and size % step and at >= size - size % step:
-                    text += (f": {name} = {size} is not a multiple of {step}, and the last, ragged tile along {name} "
-                             f"(of {size % step}) is missing")
+                    text += unredacted(f": {name} = {size} is not a multiple of {step}, and the last, ragged tile "
+                                       f"along {name} (of {size % step}) is missing",
+                                       f": {name} is not a multiple of the array's size along it, and the last, "
+                                       f"ragged tile along {name} is missing")
                     break
             return text
     return None
@@ -316,8 +352,9 @@ def _schedule_cycles_hint(tiles: list, case: tuple) -> str:
         return ("weight-stationary streams all M rows of A past one tile of weights: splitting M loads the same "
                 "weights again and refills the array for every piece")
     fewest = len(reference.schedule(M, N, K, rows, cols, dataflow))
-    return (f"your {len(tiles)} tiles are smaller than they need to be: {fewest} tiles of up to {rows} x {cols} "
-            "cover the product, and every tile pays for the fill and drain of the array")
+    return (f"your {len(tiles)} tiles are smaller than they need to be: "
+            + unredacted(f"{fewest} tiles of up to {rows} x {cols}", "fewer tiles, each up to rows x cols,")
+            + " cover the product, and every tile pays for the fill and drain of the array")
 
 
 @check(EXERCISE, points=2)
@@ -327,8 +364,7 @@ def schedule(student, rng, hidden):
         else SCHEDULE_VISIBLE
     for i, case in enumerate(cases, 1):
         M, N, K, rows, cols, dataflow, dtype = case
-        call = f"schedule(M={M}, N={N}, K={K}, rows={rows}, cols={cols}, dataflow={dataflow!r})"
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {call}"
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {_call('schedule', case)}"
         tiles = student.call("schedule", M=M, N=N, K=K, rows=rows, cols=cols, dataflow=dataflow, returns="list")
         try:
             problem = _coverage_failure(_coverage(tiles, M, N, K), case)
@@ -338,7 +374,9 @@ def schedule(student, rng, hidden):
             raise CheckFailure(f"{label}: {problem}")
         A, B = _matrices(rng, M, K, N, dtype)
         try:  # the tiles run here, on the model, with the reference's steps: the product and cycles are measured
-            done = run_schedule(A, B, rows, cols, dataflow, tiles, step=reference.STEPS[dataflow], skew=reference.skew)
+            with _registers_unquoted():
+                done = run_schedule(A, B, rows, cols, dataflow, tiles, step=reference.STEPS[dataflow],
+                                    skew=reference.skew)
         except ValueError as error:
             raise CheckFailure(f"{label}: {error}") from None
         expected, expected_cycles = reference.matmul(A, B, rows, cols, dataflow)
@@ -347,5 +385,6 @@ def schedule(student, rng, hidden):
         except CheckFailure as failure:
             raise CheckFailure(f"{label}: {failure}") from None
         if done.cycles != expected_cycles:
-            raise CheckFailure(f"{label}: your {len(tiles)} tiles take {done.cycles} cycles, the reference's "
-                               f"{expected_cycles}: {_schedule_cycles_hint(tiles, case)}")
+            cycles = unredacted(f"take {done.cycles} cycles, the reference's {expected_cycles}",
+                                "take another number of cycles than the reference's")
+            raise CheckFailure(f"{label}: your {len(tiles)} tiles {cycles}: {_schedule_cycles_hint(tiles, case)}")

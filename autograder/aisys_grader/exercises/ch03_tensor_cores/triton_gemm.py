@@ -28,7 +28,7 @@ from aisys.gemm_tiling import H100_SHARED_MEMORY_PER_BLOCK, block_order
 from aisys.triton_kernels import matmul as reference  # noqa: F401  the answer key: kept out of the grading kernel
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close
+from ...compare import CheckFailure, assert_close, describe, shown, unredacted
 from ...low_precision import TORCH_DTYPES, as_sent
 
 EXERCISE = "03-tensor-cores/triton_gemm"
@@ -89,7 +89,7 @@ def _describe(case):
     a, b, config = case["a"], case["b"], case["config"]
     tiles = "x".join(str(config[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     return (f"matmul(a {a.shape[0]}x{a.shape[1]}, b {b.shape[0]}x{b.shape[1]}, '{case['dtype']}', "
-            f"config tiles {tiles}, GROUP_M {config['GROUP_M']})")
+            f"config tiles {tiles}, GROUP_M {shown(config['GROUP_M'])})")
 
 
 def _hint(got, expected, case, rtol, atol):
@@ -210,8 +210,8 @@ def program_order(student, rng, hidden):
         grids += [tuple(int(v) for v in (rng.integers(1, 13), rng.integers(1, 13), rng.integers(1, 10)))
                   for _ in range(4)]
     for i, (tiles_m, tiles_n, group_m) in enumerate(grids, 1):
-        label = (f"{'hidden case' if hidden else 'case'} {i} of {len(grids)}: "
-                 f"program_order(tiles_m={tiles_m}, tiles_n={tiles_n}, group_m={group_m})")
+        label = (f"{'hidden case' if hidden else 'case'} {i} of {len(grids)}: program_order(tiles_m="
+                 f"{describe(tiles_m)}, tiles_n={describe(tiles_n)}, group_m={describe(group_m)})")
         try:
             got = student.call("program_order", tiles_m, tiles_n, group_m, returns="array")
         except CheckFailure as failure:
@@ -236,28 +236,32 @@ def _config_problems(config) -> list[str]:
         return [f"expected a dict, got {type(config).__name__}"]
     keys = set(config) - {"num_warps", "num_stages"}
     if keys != set(TILE_KEYS):
-        return [f"its constants must be exactly {', '.join(TILE_KEYS)}; got {', '.join(sorted(keys)) or 'none'}"]
-    problems = [f"{key} = {config[key]!r}: tiles must be powers of two of at least 16 (tl.dot and the Tensor Cores' "
-                "instructions work on 16-wide pieces)" for key in TILE_KEYS[:3]
+        got = unredacted(", ".join(sorted(keys)) or "none", f"{len(keys)} others")  # the student's own text
+        return [f"its constants must be exactly {', '.join(TILE_KEYS)}; got {got}"]
+    problems = [f"{key} = {shown(config[key], '!r')}: tiles must be powers of two of at least 16 (tl.dot and the "
+                "Tensor Cores' instructions work on 16-wide pieces)" for key in TILE_KEYS[:3]
                 if not (_power_of_two(config[key]) and config[key] >= 16)]
     group_m, warps, stages = config["GROUP_M"], config.get("num_warps"), config.get("num_stages")
     if not (isinstance(group_m, int) and group_m >= 1):
-        problems.append(f"GROUP_M = {group_m!r}: a positive integer (1 is row-major order)")
+        problems.append(f"GROUP_M = {shown(group_m, '!r')}: a positive integer (1 is row-major order)")
     if warps not in (4, 8):
-        problems.append(f"num_warps = {warps!r}: 4 or 8 (Hopper's wgmma is issued by a warpgroup of 4 warps)")
+        problems.append(f"num_warps = {shown(warps, '!r')}: 4 or 8 (Hopper's wgmma is issued by a warpgroup of 4 "
+                        "warps)")
     if not (isinstance(stages, int) and stages >= 2):
-        problems.append(f"num_stages = {stages!r}: at least 2, so one tile loads while the other is computed on")
+        problems.append(f"num_stages = {shown(stages, '!r')}: at least 2, so one tile loads while the other is "
+                        "computed on")
     if problems:
         return problems
     block_m, block_n, block_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     shared = stages * (block_m + block_n) * block_k * INPUT_BYTES
     if shared > H100_SHARED_MEMORY_PER_BLOCK:
-        problems.append(f"shared memory num_stages x (BLOCK_M + BLOCK_N) x BLOCK_K x 2 bytes = {stages} x "
-                        f"{block_m + block_n} x {block_k} x 2 = {shared / 1024:g} KiB, more than the "
-                        f"{H100_SHARED_MEMORY_PER_BLOCK // 1024} KiB an H100 gives one thread block")
+        problems.append("shared memory num_stages x (BLOCK_M + BLOCK_N) x BLOCK_K x 2 bytes = "
+                        + unredacted(f"{stages} x {block_m + block_n} x {block_k} x 2 = {shared / 1024:g} KiB, ")
+                        + f"more than the {H100_SHARED_MEMORY_PER_BLOCK // 1024} KiB an H100 gives one thread block")
     registers = block_m * block_n // (32 * warps)
     if registers > ACCUMULATOR_REGISTERS:
-        problems.append(f"BLOCK_M x BLOCK_N / (32 x num_warps) = {registers} float32 accumulators per thread, more "
+        problems.append(f"BLOCK_M x BLOCK_N / (32 x num_warps){unredacted(f' = {registers}')} float32 accumulators "
+                        "per thread, more "
                         f"than {ACCUMULATOR_REGISTERS} of its 255 registers, which leaves too few for the operands "
                         "and addresses: expect spills to local memory (use 8 warps, or a smaller tile)")
     return problems
@@ -279,7 +283,8 @@ def gpu_configs(student, rng, hidden):
     for i, config in enumerate(configs, 1):
         problems = _config_problems(config)
         if problems:
-            raise CheckFailure(f"config {i} of {len(configs)} ({config}): " + "; ".join(problems) + ".")
+            shown_config = unredacted(f" ({config})")  # the student's own values
+            raise CheckFailure(f"config {i} of {len(configs)}{shown_config}: " + "; ".join(problems) + ".")
     keys = [tuple(sorted(config.items())) for config in configs]
     if len(set(keys)) != len(keys):
         raise CheckFailure("two configs are the same: the autotuner would time one of them twice.")
@@ -292,8 +297,8 @@ def matmul_every_config(student, rng, hidden):
     cases = []
     for i, config in enumerate(configs):
         if not (isinstance(config, dict) and all(_power_of_two(config.get(key)) for key in TILE_KEYS[:3])):
-            raise CheckFailure(f"config {i + 1} of {len(configs)} ({config}) has no power-of-two BLOCK_M, BLOCK_N and "
-                               "BLOCK_K to run; see the gpu_configs check.")
+            raise CheckFailure(f"config {i + 1} of {len(configs)}{unredacted(f' ({config})')} has no power-of-two "
+                               "BLOCK_M, BLOCK_N and BLOCK_K to run; see the gpu_configs check.")
         block_m, block_n, block_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
         if not hidden:
             shape, dtype = (block_m + 1, block_n - 1, 2 * block_k + 1), DTYPES[i % 2]

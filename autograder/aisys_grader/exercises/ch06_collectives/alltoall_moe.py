@@ -19,7 +19,7 @@ from aisys.collectives import alltoall as reference
 from aisys.collectives.launch import first_cause
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close
+from ...compare import CheckFailure, assert_close, describe, raised, unredacted
 
 EXERCISE = "06-collectives/alltoall_moe"
 STUDENT_MAY_IMPORT = ["aisys.collectives.launch"]
@@ -46,7 +46,7 @@ def _run(student, function: str, cases: list, labels: list[str], p: int) -> list
         errors = [(rank, o["error"]) for rank, o in enumerate(per_rank) if o["error"]]
         if errors:
             rank, error = first_cause(errors)
-            raise CheckFailure(f"{label}: rank {rank} raised {error}{_error_hint(error)}")
+            raise CheckFailure(f"{label}: rank {rank} raised {raised(error)}{_error_hint(error)}")
     return outcomes
 
 
@@ -92,7 +92,8 @@ def _blocks(case: dict, rank: int) -> list[np.ndarray]:
 def _a2a_what(case: dict) -> str:
     rows = "equal splits" if np.all(case["splits"] == case["splits"][0, 0]) else "unequal splits"
     shape = f"rows of {case['row'][0]}" if case["row"] else "one element per row"
-    return f"{case['dtype']}, {rows}, {shape}; input_splits of rank r = row r of {case['splits'].tolist()}"
+    splits = unredacted(f"; input_splits of rank r = row r of {case['splits'].tolist()}")  # a hidden input
+    return f"{case['dtype']}, {rows}, {shape}{splits}"
 
 
 def _visible_a2a(rng) -> dict[int, list[dict]]:
@@ -238,10 +239,12 @@ def _as_ints(value, what: str) -> np.ndarray:
 
 def _route_result(got, label: str) -> dict:
     if set(got) != {"order", "counts", "dropped"}:
-        raise CheckFailure(f"{label}: route must return a dict with keys 'order', 'counts', 'dropped'; got {sorted(got)}")
+        raise CheckFailure(f"{label}: route must return a dict with keys 'order', 'counts', 'dropped'; got "
+                           f"{unredacted(str(sorted(got)), f'{len(got)} other keys')}")
     dropped = np.asarray(got["dropped"])
     if dropped.size != 1:
-        raise CheckFailure(f"{label}: 'dropped' must be one integer, got {got['dropped']!r}")
+        given = unredacted(repr(got["dropped"]), describe(got["dropped"]))  # the student's own value
+        raise CheckFailure(f"{label}: 'dropped' must be one integer, got {given}")
     return {"order": _as_ints(got["order"], f"{label}: 'order'"), "counts": _as_ints(got["counts"], f"{label}: 'counts'"),
             "dropped": int(dropped.reshape(()))}
 
@@ -251,8 +254,9 @@ def _route_hint(got: dict, expected: dict, expert_ids, num_experts, capacity_fac
     if not np.array_equal(got["counts"], expected["counts"]) or got["dropped"] != expected["dropped"]:
         if capacity is None:
             return " — with capacity_factor None no token is dropped: counts are each expert's tokens"
-        return (f" — the capacity is ⌈T·cf/E⌉ = ⌈{len(expert_ids)}·{capacity_factor}/{num_experts}⌉ = {capacity} "
-                "tokens per expert: each expert keeps up to that many, whatever the others get")
+        return (" — the capacity is ⌈T·cf/E⌉"
+                + unredacted(f" = ⌈{len(expert_ids)}·{capacity_factor}/{num_experts}⌉ = {capacity}")
+                + " tokens per expert: each expert keeps up to that many, whatever the others get")
     if sorted(got["order"].tolist()) == sorted(expected["order"].tolist()):
         return (" — the right tokens in the wrong order: sort by expert, keeping the order of arrival within an "
                 "expert (a stable sort: torch.argsort(..., stable=True))")
@@ -285,7 +289,8 @@ def route(student, rng, hidden):
     cases = _route_hidden(rng) if hidden else ROUTE_VISIBLE
     for i, (ids, num_experts, capacity_factor) in enumerate(cases):
         expert_ids = np.array(ids, dtype=np.int64)
-        call = f"route(expert_ids={ids}, num_experts={num_experts}, capacity_factor={capacity_factor})"
+        call = (f"route(expert_ids={unredacted(str(ids), describe(ids))}, num_experts={num_experts}, "
+                f"capacity_factor={unredacted(str(capacity_factor), describe(capacity_factor))})")
         label = f"{'hidden case' if hidden else 'case'} {i + 1} of {len(cases)}: {call}"
         got = _route_result(student.call("route", expert_ids=expert_ids, num_experts=num_experts,
                                          capacity_factor=capacity_factor, returns="mapping"), label)
@@ -319,8 +324,9 @@ def _moe_case(rng, p: int, num_experts: int, capacity_factor, *, tokens: list[in
 
 
 def _moe_what(case: dict) -> str:
-    return (f"{case['num_experts']} expert{'s' * (case['num_experts'] != 1)}, capacity_factor {case['capacity_factor']}, {case['routing']} routing, "
-            f"tokens per rank {[len(t) for t in case['tokens']]}")
+    factor = unredacted(str(case["capacity_factor"]), describe(case["capacity_factor"]))  # a hidden input
+    return (f"{case['num_experts']} expert{'s' * (case['num_experts'] != 1)}, capacity_factor {factor}, "
+            f"{case['routing']} routing, tokens per rank {[len(t) for t in case['tokens']]}")
 
 
 def _moe_cases(rng, hidden: bool) -> dict[int, list[dict]]:
@@ -369,8 +375,9 @@ def _layout(case: dict) -> list[dict]:
 def _plan_result(plan, where: str) -> dict:
     keys = {"order", "send_splits", "recv_splits", "num_tokens"}
     if not isinstance(plan, dict) or set(plan) != keys:
-        raise CheckFailure(f"{where}: the plan must be a dict with keys {sorted(keys)}; got "
-                           f"{sorted(plan) if isinstance(plan, dict) else type(plan).__name__}")
+        given = unredacted(str(sorted(plan)), f"{len(plan)} other keys") if isinstance(plan, dict) else \
+            type(plan).__name__  # the student's own text
+        raise CheckFailure(f"{where}: the plan must be a dict with keys {sorted(keys)}; got {given}")
     return {key: (int(np.asarray(value).reshape(())) if key == "num_tokens" else _as_ints(value, f"{where}[{key!r}]").tolist())
             for key, value in plan.items()}
 

@@ -27,7 +27,7 @@ import aisys.collectives.cost as cost
 from aisys.interconnect import LINKS
 
 from ...checks import check, compare_cases
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, unredacted
 
 EXERCISE = "06-collectives/alpha_beta"
 MiB, GiB = 2**20, 2**30
@@ -86,12 +86,13 @@ def _check_terms(student, collective: str, algorithm: str, p: int, label: str) -
     got_latency, got_volume = _student_terms(student, collective, algorithm, p)
     name = f"{algorithm} {collective} at p={p}"
     if not math.isclose(got_latency, latency, rel_tol=1e-9, abs_tol=1e-9):
-        raise CheckFailure(f"{label}: latency term of {name}: expected {latency_text} = {latency:g} α, "
-                           f"got {got_latency:g} α (predicted_time with alpha=1, beta=0)."
-                           + _latency_hint(latency, got_latency, p))
+        raise CheckFailure(f"{label}: latency term of {name}: expected {latency_text}"
+                           + unredacted(f" = {latency:g} α, got {got_latency:g} α", " α; yours differs")
+                           + " (predicted_time with alpha=1, beta=0)." + _latency_hint(latency, got_latency, p))
     if not math.isclose(got_volume, volume, rel_tol=1e-9, abs_tol=1e-12):
-        raise CheckFailure(f"{label}: bandwidth term of {name}: expected {volume_text} = {volume:.6g} n β, "
-                           f"got {got_volume:.6g} n β (predicted_time with alpha=0, beta=1, divided by nbytes)."
+        raise CheckFailure(f"{label}: bandwidth term of {name}: expected {volume_text}"
+                           + unredacted(f" = {volume:.6g} n β, got {got_volume:.6g} n β", " n β; yours differs")
+                           + " (predicted_time with alpha=0, beta=1, divided by nbytes)."
                            + _volume_hint(volume, got_volume, p))
 
 
@@ -184,7 +185,8 @@ def _compare_fit(student, name: str, case: dict, label: str) -> None:
                 f"{label} ({name}): {failure}. Take the median over repeats (a row of `seconds`), then fit in "
                 f"relative error, weighting each point by 1/t²: an unweighted fit is decided by the largest "
                 f"messages, whose noise alone is larger than α, so α comes out wrong; and a mean is dragged "
-                f"up by the slowed runs. (sizes from {small} to {case['sizes'][-1]} bytes)") from None
+                f"up by the slowed runs." + unredacted(f" (sizes from {small} to {case['sizes'][-1]} bytes)")
+            ) from None
 
 
 @check(EXERCISE, points=2)
@@ -232,7 +234,8 @@ def crossover(student, rng, hidden):
                                "> 0 (they are parallel, they meet at 0 bytes, or the one with fewer messages also "
                                "moves fewer bytes, so it is never slower)")
         if expected is not None and (isinstance(got, bool) or not isinstance(got, (int, float))):
-            raise CheckFailure(f"{label}: expected a size in bytes ({expected:.6g}), got {describe(got)}")
+            raise CheckFailure(f"{label}: expected a size in bytes{unredacted(f' ({expected:.6g})')}, "
+                               f"got {describe(got)}")
         if expected is not None:
             assert_close(got, expected, rtol=1e-9, atol=0, where=label)
 
@@ -245,11 +248,13 @@ def measured_fit(student, rng, hidden):
     """fit_alpha_beta on your own ping-pong measurement (from `measurements()`) agrees with the reference fit."""
     data = student.call("measurements", returns="mapping")
     if set(data) != {"sizes", "seconds"}:
-        raise CheckFailure(f"measurements() must return {{'sizes': ..., 'seconds': ...}}, got keys {sorted(data)}: "
+        keys = unredacted(f"keys {sorted(data)}", f"{len(data)} other keys")  # the student's own text
+        raise CheckFailure(f"measurements() must return {{'sizes': ..., 'seconds': ...}}, got {keys}: "
                            "run the measurement cells above again")
     try:
         cost.fit(data["sizes"], data["seconds"])
     except (TypeError, ValueError) as error:
-        raise CheckFailure(f"your measurement cannot be fitted ({error}): run the measurement cells again") from None
+        raise CheckFailure(f"your measurement cannot be fitted{unredacted(f' ({error})')}: run the measurement cells "
+                           "again") from None
     _compare_fit(student, "your ping-pong measurement", {"sizes": data["sizes"], "seconds": data["seconds"]},
                  "measured")

@@ -18,7 +18,7 @@ from aisys.collectives import ring
 from aisys.collectives.launch import first_cause
 
 from ...checks import check, require_gpu
-from ...compare import CheckFailure
+from ...compare import CheckFailure, describe, raised, redacting, unredacted
 
 EXERCISE = "06-collectives/ring_allreduce"
 STUDENT_MAY_IMPORT = ("aisys.collectives.launch",)  # the notebook starts its ranks with it, and the clean room does
@@ -135,30 +135,33 @@ def _check_values(function: str, outcome: dict, rank: int, inputs, expected: np.
     chunk = next(c for c, (start, stop) in enumerate(ring.chunk_bounds(expected.size, len(inputs)))
                  if start <= index < stop)
     wrong = int((~good).sum())
+    values = unredacted(f", {expected[index]:.8g}, but holds {got[index]:.8g} =", ", but holds")  # hidden data
     raise CheckFailure(f"rank {rank}: {wrong} of {good.size} checked elements are wrong; element {index} "
-                       f"(chunk {chunk}) should be the sum over all {len(inputs)} ranks, {expected[index]:.8g}, "
-                       f"but holds {got[index]:.8g} = {what}: {_value_hint(function, rank, ranks, len(inputs))}")
+                       f"(chunk {chunk}) should be the sum over all {len(inputs)} ranks{values} {what}: "
+                       f"{_value_hint(function, rank, ranks, len(inputs))}")
 
 
 # ---------------------------------------------------------------------------------------------- traffic
 
 
 def _error_text(function: str, rank: int, error: str) -> str:
-    """What a rank's error means: a collective called, a deadlock, or anything else as it was raised."""
+    """What a rank's error means: a collective called, a deadlock, or anything else as it was raised (inside
+    `redacted()`, by its name only: its text is the student's code's)."""
     if error.startswith("CollectiveNotAllowed"):
         called = error.split(" was called")[0].split("dist.")[-1]
-        return (f"{function} called dist.{called}: the exercise is to build it from sends and receives "
+        called = unredacted(f"dist.{called}", "a torch.distributed collective")
+        return (f"{function} called {called}: the exercise is to build it from sends and receives "
                 "(dist.batch_isend_irecv, or dist.isend and dist.irecv) to the ring's neighbours")
     if "timed out waiting" in error.lower() and "send operation" in error:
-        return (f"rank {rank} raised {error}. A deadlock: every rank waits in a blocking send for its successor "
-                "to receive, while the successor waits in its own send. Post the send and the receive together "
-                "(dist.batch_isend_irecv, or isend and irecv, then wait on both)")
+        return (f"rank {rank} raised {raised(error)}. A deadlock: every rank waits in a blocking send for its "
+                "successor to receive, while the successor waits in its own send. Post the send and the receive "
+                "together (dist.batch_isend_irecv, or isend and irecv, then wait on both)")
     if "timed out waiting" in error.lower():
-        return (f"rank {rank} raised {error}. A receive waited for a message nobody sent, or for more elements "
-                "than were sent: in step s rank r must receive exactly the chunk its predecessor sends, "
+        return (f"rank {rank} raised {raised(error)}. A receive waited for a message nobody sent, or for more "
+                "elements than were sent: in step s rank r must receive exactly the chunk its predecessor sends, "
                 "chunk (r - s - 1) % p in the reduce-scatter, (r - s) % p in the all-gather, and a blocking "
                 "dist.send before dist.recv on every rank deadlocks")
-    return f"rank {rank} raised {error}"
+    return f"rank {rank} raised {raised(error)}"
 
 
 def _check_traffic(function: str, messages: list[dict], rank: int, p: int, n: int, itemsize: int) -> int:
@@ -257,11 +260,15 @@ def chunk_bounds(student, rng, hidden):
                      all(isinstance(v, int) for v in b)]
             hint = ""
             if len(sizes) == p and sum(sizes) < n:
-                hint = (f": the chunks cover {sum(sizes)} of {n} elements; the remainder n % p = {n % p} must go "
-                        "somewhere (one more element in each of the first n % p chunks)")
+                hint = (": the chunks cover " + unredacted(f"{sum(sizes)} of {n} elements; the remainder n % p = "
+                                                           f"{n % p}", "fewer than n elements; the remainder n % p")
+                        + " must go somewhere (one more element in each of the first n % p chunks)")
             elif len(sizes) == p and sizes == sorted(sizes):
                 hint = ": give the larger chunks first (the checks and the ring's layout rely on it)"
             label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
+            if redacting():  # n and p are the hidden case; the bounds, its answer and the student's
+                raise CheckFailure(f"{label}: chunk_bounds({describe(n)}, {describe(p)}): the bounds differ from the "
+                                   f"reference's{hint}")
             raise CheckFailure(f"{label}: chunk_bounds({n}, {p}) returned {str(got)[:200]}, expected "
                                f"{str(expected)[:200]}{hint}")
 

@@ -16,7 +16,7 @@ from aisys.collectives import cost, rounds, tree
 from aisys.collectives.launch import first_cause
 
 from ...checks import check
-from ...compare import CheckFailure
+from ...compare import CheckFailure, describe, raised, redacting, unredacted
 
 EXERCISE = "06-collectives/tree_allreduce"
 STUDENT_MAY_IMPORT = ("aisys.collectives.launch",)  # the notebook starts its ranks with it, and the clean room does
@@ -59,7 +59,7 @@ def _run(student, function: str, p: int, cases: list, rng, extra_args=()) -> lis
         errors = [(rank, outcome["error"]) for rank, outcome in enumerate(outcomes) if outcome["error"]]
         if errors:
             rank, error = first_cause(errors)
-            raise CheckFailure(f"{label}: rank {rank} raised {error}")
+            raise CheckFailure(f"{label}: rank {rank} raised {raised(error)}")
         done.append((label, inputs[i], outcomes))
     return done
 
@@ -90,6 +90,9 @@ def _require_sums(label: str, inputs: list, outcomes: list, hint: str) -> None:
                 what = ": it still holds its own input, as if it took no part"
             elif i == 0:
                 what = f": element 0 holds {_contributors(float(got.ravel()[0]), p)}"
+            if redacting():  # the inputs, their sum and what the rank holds are hidden data
+                raise CheckFailure(f"{label}: rank {rank} holds another value than the sum over the {p} ranks at flat "
+                                   f"index {i}{what}. {hint}")
             raise CheckFailure(f"{label}: rank {rank} holds {got.ravel()[i]} at flat index {i}, expected the sum over "
                                f"the {p} ranks, {expected.ravel()[i]}{what}. {hint}")
 
@@ -142,7 +145,8 @@ def recursive_doubling(student, rng, hidden):
                 case_groups.append([group])
         done = _run(student, "recursive_doubling", p, cases, rng, case_groups)
         for (label, inputs, outcomes), (group,) in zip(done, case_groups):
-            label += f", group {group}"
+            in_order = "in rank order" if group == sorted(group) else "in shuffled order"  # the order is the case's
+            label += f", the group {in_order}" if redacting() else f", group {group}"
             _require_sums(label, inputs, outcomes, PARTNER_HINT)
             _require_whole_tensors(label, outcomes, inputs[0].size)
             partners = [[group[group.index(rank) ^ (1 << k)] for k in range(p.bit_length() - 1)] for rank in range(p)]
@@ -244,7 +248,10 @@ def choose_algorithm(student, rng, hidden):
     """choose_algorithm(nbytes, world_size, alpha, beta) picks the faster of ring and recursive doubling (tie: ring)."""
     cases = _choice_cases(rng, hidden)
     for i, (nbytes, p, alpha, beta) in enumerate(cases, 1):
-        call = f"choose_algorithm(nbytes={nbytes}, world_size={p}, alpha={alpha:.6g}, beta={beta:.6g})"
+        call = (f"choose_algorithm(nbytes={nbytes}, world_size={p}, alpha={alpha:.6g}, beta={beta:.6g})"
+                if not redacting() else  # the four numbers are the hidden case
+                f"choose_algorithm(nbytes={describe(nbytes)}, world_size={describe(p)}, alpha={describe(alpha)}, "
+                f"beta={describe(beta)})")
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {call}"
         got = student.call("choose_algorithm", nbytes, p, alpha, beta, returns="string")
         expected = tree.choose_algorithm(nbytes, p, alpha, beta, PAIR)
@@ -260,7 +267,11 @@ def choose_algorithm(student, rng, hidden):
         if got not in PAIR:
             hint = f" Return one of {PAIR}."
         elif p & (p - 1):
-            hint = (f" For p = {p}, not a power of two, recursive doubling takes floor(log2 p) + 2 = "
-                    f"{cost.terms('all_reduce', 'recursive_doubling', 0, p)[0]} steps, each moving the whole tensor: the fold adds one "
-                    "step before the rounds and one after.")
+            steps = cost.terms('all_reduce', 'recursive_doubling', 0, p)[0]
+            hint = (unredacted(f" For p = {p}, not a power of two,", " Where p is not a power of two,")
+                    + " recursive doubling takes floor(log2 p) + 2" + unredacted(f" = {steps}")
+                    + " steps, each moving the whole tensor: the fold adds one step before the rounds and one after.")
+        if redacting():  # the answer, the student's, and the times that decide them are the hidden case's
+            raise CheckFailure(f"{label}: differs from the reference, which picks the algorithm of the smaller α-β "
+                               f"time for this case (a tie goes to the ring).{hint}")
         raise CheckFailure(f"{label}: expected {expected!r}, got {got!r}: {why}.{hint}")

@@ -20,7 +20,7 @@ import numpy as np
 from aisys.inference import scheduler
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, unredacted
 
 EXERCISE = "07-inference/continuous_batching"
 TIME_TOLERANCE = 1e-9  # seconds: both sides add up the same step costs
@@ -108,9 +108,10 @@ def _hint(got: list, expected: list, policy: str) -> str:
     got_preempted, expected_preempted = sum(r["preemptions"] for r in got), sum(r["preemptions"] for r in expected)
     admission = "admission (queue order, nobody overtakes the head, the blocks of the whole prompt)"
     if expected_preempted and not got_preempted:
-        return (f"The reference preempted {expected_preempted} time(s) and you never did. Usually your decodes take a "
-                "block even when none is free, so your cache holds more than num_blocks blocks: the most recently "
-                f"admitted running request must give up its blocks. If they do check, look at {admission}.")
+        return (f"The reference preempted{unredacted(f' {expected_preempted} time(s)')} and you never did. Usually "
+                "your decodes take a block even when none is free, so your cache holds more than num_blocks blocks: "
+                f"the most recently admitted running request must give up its blocks. If they do check, look at "
+                f"{admission}.")
     if any(g["preemptions"] != e["preemptions"] for g, e in zip(got, expected)):
         return ("Different requests were preempted. Decodes get their blocks in admission order, oldest first; the "
                 "victim is the most recently admitted running request (possibly the one asking), and it goes back "
@@ -133,8 +134,9 @@ def _compare_schedules(student, function: str, cases: list[dict], policy: str, h
     for i, case in enumerate(cases, 1):
         expected = _results(_schedule(policy, **case))
         got = student.call(function, returns="list", **case)
-        shown = (f"{len(case['requests'])} requests, num_blocks={case['num_blocks']}, "
-                 f"block_size={case['block_size']}, max_batch={case['max_batch']}, step_time={case['step_time']}")
+        shown = f"{len(case['requests'])} requests" + unredacted(  # the budget and the costs are the hidden case's
+            f", num_blocks={case['num_blocks']}, block_size={case['block_size']}, max_batch={case['max_batch']}, "
+            f"step_time={case['step_time']}")
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)} ({shown})"
         if not hidden:
             label += f", requests={describe(case['requests'])}"

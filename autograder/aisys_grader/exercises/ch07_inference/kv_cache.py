@@ -30,7 +30,7 @@ import aisys.inference.kv_cache as kv_cache  # the answer key: kept out of the g
 from aisys.inference import model
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, redacting, unredacted
 
 EXERCISE = "07-inference/kv_cache"
 STUDENT_MAY_IMPORT = ("aisys.inference.model", "aisys.inference.attention")  # the model the decoder runs
@@ -81,7 +81,8 @@ def _compare_with_hint(student, function: str, cases: list, reference, hint, *, 
         try:
             assert_close(got, expected)
         except CheckFailure as failure:
-            arguments = ", ".join(f"{k}={v['name'] if k == 'config' else describe(v)}" for k, v in case.items())
+            arguments = ", ".join(f"{k}={v['name'] if k == 'config' and not redacting() else describe(v)}"
+                                  for k, v in case.items())
             label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {function}({arguments})"
             raise CheckFailure(f"{label}: {failure}{hint(case, got)}") from None
 
@@ -175,14 +176,15 @@ def _run(student, tokens: list[int], prompt_len: int, seed: int, dtype: str, lab
     result = student.call("run_decoder", tokens, prompt_len, seed, dtype, returns="mapping")
     expected_keys = {"prefill", "decode", "qkv_tokens", "forward_calls"}
     if set(result) != expected_keys:
-        raise CheckFailure(f"{label}: run_decoder returned keys {sorted(result)}, expected {sorted(expected_keys)}: "
+        keys = unredacted(f"keys {sorted(result)}", f"{len(result)} other keys")  # what the student's code returned
+        raise CheckFailure(f"{label}: run_decoder returned {keys}, expected {sorted(expected_keys)}: "
                            "run_decoder is provided; run its cell again as it was")
     return result
 
 
 def _label(hidden: bool, i: int, count: int, tokens, prompt_len: int, seed: int, dtype: str) -> str:
     return (f"{'hidden case' if hidden else 'case'} {i} of {count} (a prompt of {prompt_len} tokens, "
-            f"{len(tokens) - prompt_len} decode steps, seed {seed}, {dtype})")
+            f"{len(tokens) - prompt_len} decode steps{unredacted(f', seed {seed}')}, {dtype})")
 
 
 def _logits(value, shape: tuple, what: str):
@@ -258,19 +260,22 @@ def uses_the_cache(student, rng, hidden):
         result = _run(student, tokens, prompt_len, seed, dtype, label)
         counts, forwards = result["qkv_tokens"], result["forward_calls"]
         if forwards:
-            raise CheckFailure(f"{label}: model.forward ran {forwards} times. It recomputes the whole sequence, "
-                               "which is what a KV cache exists to avoid: run the layers yourself, on the new tokens "
-                               "only, with the keys and values of the earlier ones from the cache.")
+            raise CheckFailure(f"{label}: model.forward ran{unredacted(f' {forwards} times')}. It recomputes the whole "
+                               "sequence, which is what a KV cache exists to avoid: run the layers yourself, on the "
+                               "new tokens only, with the keys and values of the earlier ones from the cache.")
         prefill_counts = counts["prefill"]
         if prefill_counts != [prompt_len] * layers:
-            raise CheckFailure(f"{label}: during prefill, model.qkv saw {prefill_counts} tokens per call; expected "
-                               f"{[prompt_len] * layers}: the whole prompt through each of the {layers} layers in one "
-                               "call, one matrix multiplication over all its tokens (the compute-bound phase). "
-                               "Prefilling token by token gives the same logits at the speed of decoding.")
+            saw = unredacted(f"{prefill_counts} tokens per call; expected {[prompt_len] * layers}",  # the student's
+                             f"other numbers of tokens per call; expected {layers} calls of {prompt_len}")  # counts
+            raise CheckFailure(f"{label}: during prefill, model.qkv saw {saw}: the whole prompt through each of "
+                               f"the {layers} layers in one call, one matrix multiplication over all its tokens "
+                               "(the compute-bound phase). Prefilling token by token gives the same logits at the "
+                               "speed of decoding.")
         for step, step_counts in enumerate(counts["decode"]):
             if step_counts != [1] * layers:
                 raise CheckFailure(
-                    f"{label}: in decode step {step} (position {prompt_len + step}), model.qkv saw {step_counts} "
-                    f"tokens per call; expected {[1] * layers}: one new token per layer. The keys and values of "
-                    "the earlier tokens come from the cache; recomputing them makes every step cost as much as "
-                    "a prefill of the whole sequence.")
+                    f"{label}: in decode step {step} (position {prompt_len + step}), model.qkv saw "
+                    + unredacted(f"{step_counts} tokens per call; expected {[1] * layers}",
+                                 f"other numbers of tokens per call; expected {layers} calls of 1 token")
+                    + ": one new token per layer. The keys and values of the earlier tokens come from the cache; "
+                    "recomputing them makes every step cost as much as a prefill of the whole sequence.")

@@ -18,7 +18,7 @@ from aisys.inference import paged as reference
 from aisys.inference.paged_attention import paged_attention as reference_attention
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close
+from ...compare import CheckFailure, assert_close, describe, exception_name, redacting, shown, unredacted
 
 EXERCISE = "07-inference/paged_kv_cache"
 
@@ -59,8 +59,13 @@ def _count(n: int, what: str) -> str:
 
 
 def _tables(state: dict) -> str:
-    return "{" + ", ".join(f"{seq}: {_count(tokens, 'token')} in {table}" for seq, tokens, table in state["sequences"]) + \
-        f"}}, {len(state['free_blocks'])} free"
+    """Each sequence's tokens and blocks; inside `redacted()` the blocks by count only (their numbers are what the
+    student's code returned)."""
+    def blocks(table):
+        return _count(len(table), "block") if redacting() else table
+
+    return "{" + ", ".join(f"{seq}: {_count(tokens, 'token')} in {blocks(table)}"
+                           for seq, tokens, table in state["sequences"]) + f"}}, {len(state['free_blocks'])} free"
 
 
 def _structure_hint(got: dict, expected: dict) -> str:
@@ -89,19 +94,24 @@ def _structure_hint(got: dict, expected: dict) -> str:
 
 
 def _error_problem(got, expected, op) -> str | None:
+    """Inside `redacted()`, neither the student's error message nor the reference's (which quotes the case)."""
+    if got is not None:
+        got_text = f"{exception_name(got[0])}" if redacting() else f"{got[0]}: {got[1]}"
+    if expected is not None:
+        why = unredacted(f" ({expected[1]})")
     if expected is None and got is not None:
-        return f"raised {got[0]}: {got[1]}, but the operation is valid"
+        return f"raised {got_text}, but the operation is valid"
     if expected is not None and expected[0] == "OutOfBlocks":
         if got is None:
-            return (f"expected OutOfBlocks ({expected[1]}), but it succeeded: the pool does not have the blocks, "
+            return (f"expected OutOfBlocks{why}, but it succeeded: the pool does not have the blocks, "
                     "so check before you take any")
         if got[0] != "OutOfBlocks":
-            return f"expected OutOfBlocks ({expected[1]}), got {got[0]}: {got[1]}"
+            return f"expected OutOfBlocks{why}, got {got_text}"
     elif expected is not None:
         if got is None:
-            return f"expected a ValueError ({expected[1]}), but it succeeded"
+            return f"expected a ValueError{why}, but it succeeded"
         if got[0] != "ValueError":
-            return f"expected a ValueError naming the argument ({expected[1]}), got {got[0]}: {got[1]}"
+            return f"expected a ValueError naming the argument{why}, got {got_text}"
     return None
 
 
@@ -113,17 +123,20 @@ def _unchanged(before: dict, after: dict) -> bool:
 def _copies_problem(op, got: dict, expected: dict, before: dict) -> str | None:
     copies, wanted = got["copies"], expected["copies"]
     if not isinstance(copies, list) or any(not (isinstance(c, list) and len(c) == 2) for c in copies):
-        return f"append must return a list of (src_block, dst_block) pairs, got {copies!r}"
+        return f"append must return a list of (src_block, dst_block) pairs, got {shown(copies, '!r')}"
     if len(copies) != len(wanted):
+        got_copies = unredacted(str(copies), f"{len(copies)} cop{'y' if len(copies) == 1 else 'ies'}")
         if wanted:
             return ("expected one copy (the last block is shared and partly filled: copy-on-write), got "
-                    f"{copies}: return the copy the caller must make, or the new block holds nothing")
-        return f"expected no copy, got {copies}: copy only a shared last block that is partly filled"
+                    f"{got_copies}: return the copy the caller must make, or the new block holds nothing")
+        return f"expected no copy, got {got_copies}: copy only a shared last block that is partly filled"
     if copies:
         seq = op[1]
         old = dict((s, t) for s, _, t in before["sequences"])[seq]
         new = dict((s, t) for s, _, t in got["state"]["sequences"])[seq]
         if copies[0] != [old[-1], new[len(old) - 1]]:
+            if redacting():  # block numbers are what the student's code returned
+                return "the copy should be (the shared last block, the block replacing it in the table)"
             return (f"the copy {copies[0]} should be (the shared last block {old[-1]}, the block replacing it "
                     f"{new[len(old) - 1]})")
     return None
@@ -188,8 +201,8 @@ def _step_problem(index: int, op: list, got: dict, expected: dict, before: dict,
         return None
     try:
         reference.check_invariants(got["state"])
-    except reference.InvariantError as error:
-        return f"an invariant is broken: {error}"
+    except reference.InvariantError as error:  # its text quotes the student's block numbers
+        return f"an invariant is broken{unredacted(f': {error}', ' (reference counts, free list and tables disagree)')}"
     if _structure(got["state"]) != _structure(expected["state"]):
         return (f"expected (up to the numbering of blocks) {_tables(expected['state'])}; got {_tables(got['state'])}: "
                 + _structure_hint(got["state"], expected["state"]))
@@ -210,7 +223,8 @@ def _first_problem(ops: list, got: list, num_blocks: int, block_size: int) -> tu
         try:
             problem = _step_problem(i, op, mine, theirs, before, contents)
         except (KeyError, IndexError, TypeError, ValueError) as error:  # a state the checks cannot even read
-            problem = f"the state after it cannot be read ({type(error).__name__}: {error}): {mine.get('state')}"
+            problem = "the state after it cannot be read" + unredacted(  # the state is what the student's code returned
+                f" ({type(error).__name__}: {error}): {mine.get('state')}")
         if problem:
             return i, problem
         before = mine["state"]
@@ -247,16 +261,18 @@ def _run_cases(student, cases: list, hidden: bool, *, shrink: bool = False) -> N
             continue
         index, problem = found
         label = (f"{'hidden case' if hidden else 'case'} {i} of {len(cases)} ({what}; {_count(num_blocks, 'block')} "
-                 f"of {_count(block_size, 'token')}): operation {index + 1} of {len(ops)}, {ops[index]}")
+                 f"of {_count(block_size, 'token')}): operation {index + 1} of {len(ops)}, "
+                 + unredacted(str(ops[index]), f"a call of {ops[index][0]}"))  # the operations are the hidden case
         failing = ops[:index + 1]
         if shrink and len(failing) > 3:
             short = _shrink(student, failing, num_blocks, block_size)
             index, problem = _first_problem(short, student.call("run_operations", short, num_blocks, block_size,
                                                                 returns="list"), num_blocks, block_size)
             failing = short[:index + 1]
-            raise CheckFailure(f"{label} goes wrong. The shortest failing run found, {len(failing)} operations: "
-                               f"run_operations({failing}, {num_blocks}, {block_size}); its last operation: {problem}")
-        raise CheckFailure(f"{label}: {problem}" + (f" (after {failing[:-1]})" if len(failing) > 1 else ""))
+            replay = unredacted(f": run_operations({failing}, {num_blocks}, {block_size})")
+            raise CheckFailure(f"{label} goes wrong. The shortest failing run found, {len(failing)} operations"
+                               f"{replay}; its last operation: {problem}")
+        raise CheckFailure(f"{label}: {problem}" + unredacted(f" (after {failing[:-1]})" if len(failing) > 1 else ""))
 
 
 # ---------------------------------------------------------------------------------------------- random runs
@@ -472,7 +488,8 @@ def paged_attention(student, rng, hidden):
         case = _attention_case(rng, batch, nh, nkv, hs, block_size, lens, dtype)
         expected = reference_attention(**case)
         label = (f"{'hidden case' if hidden else 'case'} {i} of {len(shapes)}: B={batch}, nh={nh}, nkv={nkv}, "
-                 f"hs={hs}, block_size={block_size}, context_lens={lens}, {dtype}")
+                 f"hs={hs}, block_size={block_size}, "
+                 f"context_lens={unredacted(str(lens), describe(case['context_lens']))}, {dtype}")
         got = student.call("paged_attention", returns="array", **case)
         try:
             assert_close(got, expected)

@@ -12,7 +12,7 @@ from aisys.inference.prefix_cache import RadixCache, hit_rate as reference_hit_r
     synthetic_workload
 
 from ...checks import check
-from ...compare import CheckFailure, assert_close, describe
+from ...compare import CheckFailure, assert_close, describe, raised, unredacted
 
 EXERCISE = "07-inference/prefix_cache"
 BIG = 10**6  # a capacity that never fills
@@ -56,18 +56,19 @@ def _hint(op, field: str, expected: dict, got: dict) -> str:
 def _compare_runs(student, ops: list, capacity: int, label: str) -> None:
     expected = run_operations(ops, capacity)
     got = student.call("run_operations", ops, capacity, returns="list")
-    where = f"{label}, capacity {capacity}"
+    where = f"{label}{unredacted(f', capacity {capacity}')}"  # the capacity and the operations are the hidden case
     for i, (mine, theirs) in enumerate(zip(got, expected)):
-        replay = f"Replay: run_operations({ops[:i + 1]!r:.400}, {capacity})"
+        replay = unredacted(f" Replay: run_operations({ops[:i + 1]!r:.400}, {capacity})")
         if not isinstance(mine, dict) or "error" in mine:
-            error = mine.get("error") if isinstance(mine, dict) else f"gave {describe(mine)}"
-            raise CheckFailure(f"{where}: {_shown(ops[i])} (op {i + 1} of {len(ops)}) raised {error}. {replay}")
+            error = raised(mine.get("error")) if isinstance(mine, dict) else f"gave {describe(mine)}"
+            raise CheckFailure(f"{where}: {_shown(ops[i])} (op {i + 1} of {len(ops)}) raised {error}.{replay}")
         for field in ("result", "evicted", "cached", "sequences"):
             if mine.get(field) != theirs[field]:
                 hint = _hint(ops[i], field, theirs, mine)
-                raise CheckFailure(f"{where}: after {_shown(ops[i])} (op {i + 1} of {len(ops)}), {field}: expected "
-                                   f"{describe(theirs[field])}, got {describe(mine.get(field))}"
-                                   f"{': ' + hint if hint else ''}. {replay}")
+                differs = unredacted(f"expected {describe(theirs[field])}, got {describe(mine.get(field))}",
+                                     "differs from the reference")
+                raise CheckFailure(f"{where}: after {_shown(ops[i])} (op {i + 1} of {len(ops)}), {field}: {differs}"
+                                   f"{': ' + hint if hint else ''}.{replay}")
     if len(got) != len(expected):
         raise CheckFailure(f"{where}: run_operations reported {len(got)} operations of {len(ops)}")
 
@@ -230,7 +231,7 @@ def hit_rate(student, rng, hidden):
             cases += [{"workload": workload, "capacity": int(total * share)} for share in (0.05, 0.3, 2.0)]
     for i, case in enumerate(cases, 1):
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        shown = f"hit_rate(workload={describe(case['workload'])}, capacity={case['capacity']})"
+        shown = f"hit_rate(workload={describe(case['workload'])}, capacity={describe(case['capacity'])})"
         expected = reference_hit_rate(**case)
         got = student.call("hit_rate", returns="number", **case)
         try:

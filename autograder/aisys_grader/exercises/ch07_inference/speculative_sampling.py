@@ -26,7 +26,7 @@ from aisys.inference.speculative import expected_accepted as reference_expected_
 from aisys.inference.speculative import goodness_of_fit
 
 from ...checks import check, compare_cases
-from ...compare import CheckFailure
+from ...compare import CheckFailure, unredacted
 
 EXERCISE = "07-inference/speculative_sampling"
 SIGNIFICANCE = 1e-7  # a correct verify fails one test in 10^7
@@ -102,14 +102,16 @@ def _run_verify(student, case: dict, rng, label: str) -> np.ndarray:
     if (outputs[padded] != -1).any() or (outputs[~padded] < 0).any():
         raise CheckFailure(f"{label}: verify returned negative token ids")
     if (outputs >= size).any():
-        raise CheckFailure(f"{label}: verify returned token id {outputs.max()}, outside the vocabulary [0, {size})")
+        raise CheckFailure(f"{label}: verify returned token id{unredacted(f' {outputs.max()}')}, outside the "
+                           f"vocabulary [0, {size})")
     kept = np.arange(k + 1) < lengths[:, None] - 1
     changed = kept[:, :k] & (outputs[:, :k] != drafts)
     if changed.any():
         t, i = np.argwhere(changed)[0]
+        what = unredacted(f"the drafts were {drafts[t].tolist()} and verify returned "  # hidden drafts, the answer
+                          f"{outputs[t, :lengths[t]].tolist()}: ", "")
         raise CheckFailure(
-            f"{label}: in trial {t}, the drafts were {drafts[t].tolist()} and verify returned "
-            f"{outputs[t, :lengths[t]].tolist()}: token {i} is not draft {i}, yet tokens followed it. verify returns "
+            f"{label}: in trial {t}, {what}token {i} is not draft {i}, yet tokens followed it. verify returns "
             "the drafts it kept, unchanged, then ONE token of the target's, and stops at the first rejection: "
             "the drafts after it were conditioned on a token that is no longer in the text.")
     return outputs
@@ -127,8 +129,9 @@ def _check_law(label: str, what: str, tokens: np.ndarray, probs: np.ndarray, hin
     why = (f"token {impossible[0]} has target probability 0 but came out {counts[impossible[0]]} times"
            if impossible.size else f"chi-square p-value {p_value:.2g}, where a correct verify falls below "
            f"{SIGNIFICANCE:g} once in {1 / SIGNIFICANCE:,.0f} runs")
-    raise CheckFailure(f"{label}: {what} does not follow the law it should ({why}). Expected frequencies "
-                       f"{np.round(probs[:shown], 3).tolist()}, got {observed} over {counts.sum()} samples. {hint}")
+    frequencies = unredacted(f"Expected frequencies {np.round(probs[:shown], 3).tolist()}, got {observed} over "
+                             f"{counts.sum()} samples. ")  # the hidden law, and what the student's code made of it
+    raise CheckFailure(f"{label}: {what} does not follow the law it should ({why}). {frequencies}{hint}")
 
 
 # ------------------------------------------------------------------------------------ the checks
@@ -204,7 +207,8 @@ def accepted_count(student, rng, hidden):
         lengths = (_run_verify(student, case, rng, label) >= 0).sum(axis=1)
         law = _length_law(case)
         expected_mean = float(np.arange(1, len(law) + 1) @ law)
-        hint = (f"Mean tokens per pass: expected {expected_mean:.3f}, got {lengths.mean():.3f}. Draft i is kept with "
+        hint = (unredacted(f"Mean tokens per pass: expected {expected_mean:.3f}, got {lengths.mean():.3f}. ")
+                + "Draft i is kept with "
                 "probability min(1, p_i(x)/q_i(x)) (always when p_i(x) >= q_i(x)); the pass stops at the first "
                 "rejection, and when all k drafts are kept it adds a bonus token drawn from target_probs[k], "
                 "so it yields k + 1 tokens.")
@@ -230,7 +234,8 @@ def later_positions(student, rng, hidden):
             reached = outputs[:, j] >= 0
             if j == k and not reached.any():
                 raise CheckFailure(f"{label}: no pass yielded {k + 1} tokens, though all {k} drafts are kept with "
-                                   f"probability {_length_law(case)[-1]:.2f}: when every draft is kept, verify must "
+                                   f"probability {unredacted(f'{_length_law(case)[-1]:.2f}', 'above 0')}: when every "
+                                   "draft is kept, verify must "
                                    "add the bonus token, drawn from target_probs[k], which the target's pass "
                                    "computed anyway.")
             bonus = " (the bonus token after all k drafts were kept)" if j == k else ""
