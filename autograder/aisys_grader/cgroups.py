@@ -1,7 +1,8 @@
 """A grading job's cgroups: a process limit, a memory limit, its own CPU share, and its CPU-time counter.
 
 Made where this machine lets the grader create child cgroups (root, or a delegated cgroup v2
-subtree); each controller that cannot be set up is simply absent, and the grade report says so.
+subtree), inside the grader's own cgroup; each controller that cannot be set up is simply absent,
+and the grade report says so.
 """
 
 import os
@@ -15,24 +16,63 @@ V2_SETTINGS = {"pids": ("pids.max",), "memory": ("memory.max", "memory.swap.max"
 V2_COUNTER = "cpu.stat"  # usage_usec: every controller-less v2 cgroup has it
 
 
-def _hierarchy(controller: str) -> Path | None:
-    """This process's cgroup folder for `controller`, if child cgroups can be made in it; None otherwise."""
+GRADER_LEAF = "aisys-grader"  # cgroup v2: where the grader's own processes move, so that jobs can have controllers
+
+
+def _own_cgroups() -> list[tuple[str, str]]:
+    """(controllers, path) of each hierarchy this process is in, from /proc/self/cgroup."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return None
-    unified = Path("/sys/fs/cgroup/cgroup.controllers")
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controller in controllers.split(","):  # cgroup v1: the hierarchy this controller is mounted in
-            base = Path("/sys/fs/cgroup", controller, path.lstrip("/"))
-        elif controllers == "" and unified.exists():  # cgroup v2: one hierarchy for every controller
-            base = Path("/sys/fs/cgroup", path.lstrip("/"))
-        else:
-            continue
-        if base.is_dir() and os.access(base, os.W_OK):
+        return []
+    return [(controllers, path) for _, controllers, path in (line.split(":", 2) for line in lines)]
+
+
+def _v1_hierarchy(controller: str) -> Path | None:
+    """cgroup v1: this process's folder in the hierarchy `controller` is mounted in, if children can be made in it."""
+    for controllers, path in _own_cgroups():
+        base = Path("/sys/fs/cgroup", controller, path.lstrip("/"))
+        if controller in controllers.split(",") and base.is_dir() and os.access(base, os.W_OK):
             return base
     return None
+
+
+def _v2_base() -> Path | None:
+    """cgroup v2: the folder jobs' cgroups go in, this process's own cgroup, with the controllers turned on for its
+    children. The kernel allows that only while no process lives in it (unless it is the root), so its processes
+    move first into a leaf of it, GRADER_LEAF: everything stays inside the cgroup the grader was given."""
+    path = next((path for controllers, path in _own_cgroups() if controllers == ""), None)
+    if path is None:
+        return None
+    base = Path("/sys/fs/cgroup", path.lstrip("/"))
+    base = base.parent if base.name == GRADER_LEAF else base
+    if not (base.is_dir() and os.access(base, os.W_OK)):
+        return None
+    try:
+        wanted = set(V2_SETTINGS) & set((base / "cgroup.controllers").read_text().split())
+        if wanted - set((base / "cgroup.subtree_control").read_text().split()):
+            _turn_on(base, wanted)
+    except OSError:
+        pass  # the jobs' cgroups then count CPU time (cpu.stat), without the controllers' limits
+    return base
+
+
+def _turn_on(base: Path, controllers: set[str]) -> None:
+    switch = " ".join(f"+{c}" for c in sorted(controllers))
+    try:
+        (base / "cgroup.subtree_control").write_text(switch)
+        return
+    except OSError:
+        pass  # processes live in base: move them into the leaf, then try again
+    leaf = base / GRADER_LEAF
+    leaf.mkdir(exist_ok=True)
+    for _ in range(3):  # processes may start while they move
+        for pid in (base / "cgroup.procs").read_text().split():
+            try:
+                (leaf / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # gone already, or a kernel thread
+    (base / "cgroup.subtree_control").write_text(switch)
 
 
 class Cgroups:
@@ -46,8 +86,9 @@ class Cgroups:
         self.version = 2 if Path("/sys/fs/cgroup/cgroup.controllers").exists() else 1
         settings = V2_SETTINGS if self.version == 2 else V1_SETTINGS
         made: dict[Path, Path] = {}
+        v2_base = _v2_base() if self.version == 2 else None
         for controller, files in settings.items():
-            base = _hierarchy(controller)
+            base = v2_base if self.version == 2 else _v1_hierarchy(controller)
             if base is None:
                 continue
             folder = made.get(base)

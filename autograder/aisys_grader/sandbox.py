@@ -256,8 +256,9 @@ def _probe(bwrap: str, as_root: bool, python_paths: tuple[str, ...]) -> str | No
     sandbox = Sandbox(bwrap=bwrap, as_root=as_root)
     read, write = os.pipe()
     try:
-        argv = sandbox.command([sys.executable, "-c", "import ipykernel, numpy"], env={"LANG": "C.UTF-8"},
-                               uid=sandbox.job_uid(), info_fd=write)
+        env = {"LANG": "C.UTF-8", "PYTHONPATH": ":".join(map(str, Sandbox.extra_python_paths()))}
+        argv = sandbox.command([sys.executable, "-c", "import ipykernel, numpy"], env=env, uid=sandbox.job_uid(),
+                               info_fd=write)
         probe = subprocess.run(argv, capture_output=True, timeout=60, pass_fds=(write,))
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bubblewrap ({bwrap}) does not start: {error}"
