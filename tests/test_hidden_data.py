@@ -67,9 +67,15 @@ class RecordingStudent(InProcessStudent):
         self.returned: list = []  # what came back, as plain data
         self.said: list[str] = []  # text of exceptions the student's code raised
 
-    def _reply(self, function, data, returns, profile, ranks=None):
+    def _reply(self, function, data, returns):
+        reply, seconds = super()._reply(function, data, returns)
+        return self._record(data, reply), seconds
+
+    def _room(self, function, dialect, data, returns, ranks=None):
+        return self._record(data, super()._room(function, dialect, data, returns, ranks), ranks)
+
+    def _record(self, data: str, reply: dict, ranks: dict | None = None) -> dict:
         self.given.append(plain.decode(data))
-        reply, seconds = super()._reply(function, data, returns, profile, ranks)
         if reply.get("status") == "ok":
             self.returned.append(plain.decode(reply["value"]))
             if ranks:  # each rank's error text is what its code said
@@ -77,7 +83,7 @@ class RecordingStudent(InProcessStudent):
                     self.said += [outcome["error"] for outcome in case if isinstance(outcome.get("error"), str)]
         elif reply.get("status") in ("raised", "not_plain"):
             self.said.append(str(reply.get("message", "")))
-        return reply, seconds
+        return reply
 
 
 # --- reading numbers out of a message ---------------------------------------------------------------

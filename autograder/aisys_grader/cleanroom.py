@@ -99,7 +99,10 @@ def _first_line(error: BaseException) -> str:
 def definitions(sources: list[str], dialect: str, modules=()) -> tuple[dict, dict[str, str]]:
     """A fresh namespace holding the cells' definitions that pass the grammar, run in order; and, for each name
     left undefined by a refusal or an error, why."""
-    namespace = {"__name__": "__main__", "__builtins__": {name: getattr(builtins, name) for name in grammar.BUILTINS}}
+    # C code (torch's lazy imports) finds __import__ among the builtins of the frame that calls it; the grammar
+    # refuses every name that starts with `_`, so the student's code cannot name it.
+    allowed = {name: getattr(builtins, name) for name in grammar.BUILTINS} | {"__import__": builtins.__import__}
+    namespace = {"__name__": "__main__", "__builtins__": allowed}
     for cell, source in enumerate(sources):  # the simulator reads a kernel's source, as it does in a notebook
         filename = f"<cell {cell}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
