@@ -8,6 +8,7 @@ should not have) and is then reported as skipped, never as passed.
 import pytest
 
 from aisys_grader import checks_for
+from hidden_data import grade_watching
 from notebooks import EXERCISES, ROOT, grade, graded_cells, namespace, source_notebook, student_notebook
 
 WRONG = ROOT / "tests" / "wrong_answers"
@@ -73,14 +74,19 @@ def test_exercise_has_known_wrong_answers(exercise):
 
 @pytest.mark.parametrize("path", [p for e in EXERCISES for p in wrong_answers(e)], ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_known_wrong_answer_fails_exactly_its_checks(path):
-    """Each file overrides some solution functions and lists in FAILS the checks that must reject it."""
+    """Each file overrides some solution functions and lists in FAILS the checks that must reject it. On the first
+    seed its failure messages are also searched for the hidden data they must never show (hidden_data.py)."""
     exercise = str(path.parent.relative_to(WRONG))
     scope = namespace(source_notebook(exercise), extra_code=path.read_text())
     expected = set(scope["FAILS"])
     assert expected <= set(checks_for(exercise)), f"{path.name} names unknown checks"
     seen = []
     for seed in (1, 2, 3):
-        results = grade(exercise, scope, hidden=True, seed=seed)
+        if seed == 1:
+            results, leaks = grade_watching(exercise, scope, seed)
+            assert not leaks, f"{path.name}: hidden data in failure messages: {leaks}"
+        else:
+            results = grade(exercise, scope, hidden=True, seed=seed)
         failed = {name for name, r in results.items() if r.failed}
         skipped = {name for name, r in results.items() if r.skipped}
         assert failed == expected - skipped, (f"{path.name}, seed {seed}: failed {sorted(failed)}, "

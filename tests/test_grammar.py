@@ -225,8 +225,11 @@ def test_annotations_are_kept_as_text_so_a_refused_typing_import_does_not_stop_a
 
 
 def test_the_clean_room_s_builtins_are_the_dialect_s_only():
+    """And __import__, for C code's lazy imports (torch's): a name the grammar never lets student code write."""
     namespace, _ = cleanroom.definitions(["x = 1\n"], "simt")
-    assert set(namespace["__builtins__"]) == grammar.BUILTINS
+    assert set(namespace["__builtins__"]) == grammar.BUILTINS | {"__import__"}
+    assert "refused" == cleanroom.reply(cleanroom.request(["f = lambda: __import__('os')\n"], "simt", "f",
+                                                          '[[], {}]', "any"))["status"]
 
 
 def test_the_self_check_runs_the_cells_in_ipython_s_history():
