@@ -129,6 +129,8 @@ def test_gradebook_records_seed_sandbox_and_what_went_wrong(adversarial):
     assert "bubblewrap" in report["enforced"]["sandbox"] and "NOT" not in report["enforced"]["processes"]
     assert any("kernel ended" in note for note in report["notes"])
     assert any("not a readable notebook" in n for n in json.loads(runs[slug("invalid JSON")].report)["notes"])
+    forged = json.loads(runs[slug("IOPub messages with a bad signature")].report)["notes"]
+    assert any("failed their signature check" in n for n in forged), forged
     assert (course / "submitted" / slug("invalid JSON") / "01-architecture" / "roofline.ipynb.received").exists()
 
 

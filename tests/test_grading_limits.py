@@ -54,7 +54,7 @@ def test_the_notebook_limit_cuts_the_calls_in_flight(tmp_path):
 # Each in a session of its own: the scheduler's per-session groups (autogroup) would otherwise share them out.
 SPINNERS = ("import subprocess, sys\n_spinners = [subprocess.Popen([sys.executable, '-c', 'while True: pass'],"
             " start_new_session=True) for _ in range(50)]\n")
-WAIT = "import time\ntime.sleep(6)"
+WAIT = "import time\ntime.sleep(5)"  # four of them: the spinners outlive the careful student's grading
 
 
 @needs_sandbox
@@ -65,7 +65,7 @@ def test_a_classmate_spinning_fifty_processes_changes_no_grade(tmp_path):
     slow_but_right = replace_answer(insert_cell(honest(), BURN), "bytes_per_element",
                                     _burning("bytes_per_element", 0.5, _answer("bytes_per_element")))
     spinner = honest()
-    for _ in range(6):
+    for _ in range(4):
         spinner = insert_cell(spinner, WAIT)
     spinner = insert_cell(spinner, SPINNERS)
     cases = {"spinner": (lambda: as_bytes(spinner), None), "careful": (lambda: as_bytes(slow_but_right), 7)}

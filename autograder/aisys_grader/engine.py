@@ -243,6 +243,9 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                 if kernel.death and kernel.death not in notes:
                     notes.append(kernel.death)  # the checks after this point score 0 (unless skipped)
             enforced = {**sandbox.enforced(kernel.job.cgroups, kernel.job.uid), "time": _time_limits(timeouts, kernel)}
+            if kernel.dropped:
+                notes.append(f"{kernel.dropped} messages from the kernel failed their signature check or did not "
+                             "decode, and were ignored")
         notes += kernel.job.notes + room.notes
     except KernelDied as error:
         notes.append(f"the notebook's kernel could not run: {error}")
