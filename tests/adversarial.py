@@ -258,7 +258,8 @@ MARKUP = """
 from IPython.display import HTML, SVG, Image, display, publish_display_data
 display(HTML("<script>document.title='aisys-pwned'</script><img src=x onerror=\\"alert('aisys-pwned')\\">"))
 display(SVG('<svg xmlns="http://www.w3.org/2000/svg"><script>alert("aisys-pwned")</script></svg>'))
-publish_display_data({"text/markdown": "<script>alert('aisys-pwned')</script>", "application/javascript": "alert('aisys-pwned')",
+publish_display_data({"text/markdown": "<script>alert('aisys-pwned')</script>",
+                      "application/javascript": "alert('aisys-pwned')",
                       "image/png": "iVBORw0KGgo=\\"><script>alert('aisys-pwned')</script>", "text/plain": "markup"},
                      metadata={"image/png": {"width": "1\\" onload=\\"alert('aisys-pwned')"}})
 """

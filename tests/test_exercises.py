@@ -28,9 +28,10 @@ def skip_if_skipped(exercise: str, results: list) -> None:
 @pytest.mark.parametrize("exercise", EXERCISES)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_solution_passes_every_check(exercise, seed):
+    """Visible cases (the same for every seed: with the first), and hidden ones from the seed."""
     scope = namespace(source_notebook(exercise))
     seen = []
-    for hidden in (False, True):
+    for hidden in (False, True)[seed != 1:]:
         results = grade(exercise, scope, hidden=hidden, seed=seed)
         assert results, f"{exercise} has no checks"
         failed = {name: r.message for name, r in results.items() if r.failed}

@@ -42,7 +42,8 @@ read_only = [line.split()[4] for line in open("/proc/self/mountinfo") if "ro" in
 report = {"uid": os.getuid(), "euid": os.geteuid(), "read_only_mounts": len(read_only)}
 report["capabilities"] = {line.split(":")[0]: line.split()[1] for line in open("/proc/self/status")
                           if line.startswith("Cap") and not line.startswith("CapBnd")}
-report["remount"] = {path: errno(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND, None)) for path in read_only}
+remount = lambda path: errno(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND, None))
+report["remount"] = {path: remount(path) for path in read_only}
 report["setuid 0"] = attempt(lambda: os.setuid(0))
 open("mine", "w").write("x")
 report["chown to root"] = attempt(lambda: os.chown("mine", 0, 0))
@@ -50,7 +51,7 @@ report["mknod"] = attempt(lambda: os.mknod("disk", 0o600 | 0o060000, os.makedev(
 report["write"] = {target: attempt(lambda: open(target, "w").write("pwned")) for target in TARGETS}
 if os.fork() == 0:  # a nested user namespace, then the same remounts from it
     nested = errno(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS))
-    again = {p: errno(libc.mount(None, p.encode(), None, MS_REMOUNT | MS_BIND, None)) for p in read_only}
+    again = {path: remount(path) for path in read_only}
     wrote = {t: attempt(lambda: open(t, "w").write("pwned")) for t in TARGETS}
     open("nested.json", "w").write(json.dumps({"unshare": nested, "remount": again, "write": wrote}))
     os._exit(0)
@@ -157,7 +158,8 @@ def test_the_scratch_space_is_bounded_in_bytes_and_files_and_goes_with_the_sandb
             "        with open(os.path.join(folder, 'big'), 'wb') as f:\n"
             "            while True:\n                f.write(b'x' * 2**20); f.flush(); written += 2**20\n"
             "    except OSError as e:\n        pass\n"
-            "    try:\n        while True:\n            open(os.path.join(folder, f'f{files}'), 'w').close(); files += 1\n"
+            "    try:\n        while True:\n"
+            "            open(os.path.join(folder, f'f{files}'), 'w').close(); files += 1\n"
             "    except OSError as e:\n        pass\n    return written, files\n"
             f"print([fill(d) for d in ({HOME!r}, '/tmp', '/dev/shm')])")
     with SandboxedKernel(sandbox) as kernel:
@@ -224,13 +226,15 @@ def test_each_limit_the_grade_report_states_holds():
         report = sandbox.enforced(kernel.job.cgroups, kernel.job.uid)
         cgroups = kernel.job.cgroups
         forks = kernel.execute("import os, time\nchildren = []\ntry:\n    for _ in range(200):\n"
-                               "        pid = os.fork()\n        if pid == 0:\n            time.sleep(30); os._exit(0)\n"
+                               "        pid = os.fork()\n        if pid == 0:\n"
+                               "            time.sleep(30); os._exit(0)\n"
                                "        children.append(pid)\nexcept OSError as e:\n    pass\n"
                                "print(len(children))\nfor pid in children: os.kill(pid, 9); os.waitpid(pid, 0)", 60)
         memory = kernel.execute("import subprocess, sys\nhog = subprocess.run([sys.executable, '-c', "
                                 "'x = bytearray(2 * 2**30)'])\nprint(hog.returncode)", 60)
-        spin = kernel.execute("import subprocess, sys\nspin = subprocess.run([sys.executable, '-c', 'while True: pass'])"
-                              "\nprint(spin.returncode)", 60, 30)
+        spin = kernel.execute("import subprocess, sys\n"
+                              "spin = subprocess.run([sys.executable, '-c', 'while True: pass'])\n"
+                              "print(spin.returncode)", 60, 30)
     assert int(_stdout(forks)) < limits.processes
     assert int(_stdout(memory)) != 0, "a process used more memory than the job may"
     assert int(_stdout(spin)) in (-9, -24), "a process ran past its CPU seconds"  # SIGKILL / SIGXCPU

@@ -232,8 +232,8 @@ class Sandbox:
         return {
             "sandbox": f"bubblewrap: own PID, network, IPC, UTS and cgroup namespaces; read-only system; "
                        f"no capabilities, never root: runs {user}",
-            "processes": (f"at most {limits.processes} (pids cgroup)" if has("pids")
-                          else f"at most {limits.processes} (RLIMIT_NPROC for uid {uid if uid is not None else os.geteuid()})"),
+            "processes": (f"at most {limits.processes} (pids cgroup)" if has("pids") else
+                          f"at most {limits.processes} (RLIMIT_NPROC for uid {os.geteuid() if uid is None else uid})"),
             "memory": ("; ".join(filter(None, [
                 f"{limits.memory / GIB:g} GiB (memory cgroup)" if has("memory") else "",
                 f"{limits.address_space / GIB:g} GiB address space per process" if limits.address_space else "",
