@@ -173,7 +173,7 @@ for name in ["bytes_per_element", "gemm_cost", "elementwise_cost", "softmax_cost
 
 DETECT = '''
 import importlib.util, os
-GRADING = bool(os.environ.get("NBGRADER_EXECUTION")) or importlib.util.find_spec("aisys_grader.exercises") is None
+GRADING = bool(os.environ.get("NBGRADER_EXECUTION")) or importlib.util.find_spec("aisys_exercises") is None
 '''
 
 

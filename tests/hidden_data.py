@@ -49,6 +49,7 @@ import numpy as np
 from aisys_grader import checks_for
 from aisys_grader.student import InProcessStudent
 from aisys_grader import checks as checks_module
+from aisys_grader.exercise import module_name
 from aisys_grader import plain
 from notebooks import ROOT
 
@@ -135,7 +136,7 @@ def _in_brackets(message: str, start: int, end: int) -> bool:
 
 def vocabulary(exercise: str) -> set[str]:
     """The string constants of the exercise's check module and of the aisys modules it imports."""
-    module = importlib.import_module(checks_module.module_name(exercise))
+    module = importlib.import_module(module_name(exercise))
     sources, words = [module.__file__], set()
     for node in ast.walk(ast.parse(open(module.__file__).read())):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \

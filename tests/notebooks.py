@@ -7,8 +7,9 @@ import linecache
 import nbformat
 
 from aisys_grader import InProcessStudent, checks_for, run
-from aisys_grader.generate import ROOT, exercise_ids
+from aisys_grader.exercise import exercise_ids
 
+ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = exercise_ids()
 
 

@@ -31,8 +31,8 @@ def solution_namespace(path: Path) -> dict:
 def main(chapter: str, seed: int = 1) -> int:
     chapter, _, only = chapter.partition("/")
     failures = 0
-    for path in sorted((ROOT / "solutions" / chapter).glob(f"{only or '*'}.py")):
-        exercise = f"{chapter}/{path.stem}"
+    for path in sorted((ROOT / "solutions" / chapter).glob(f"{only or '*'}/notebook.py")):
+        exercise = f"{chapter}/{path.parent.name}"
         start = time.perf_counter()
         student = InProcessStudent(solution_namespace(path), exercise)
         for hidden in (False, True):

@@ -22,7 +22,7 @@ from run_solutions import ROOT, solution_namespace
 
 def grade_one(exercise: str, answer: Path, seeds: list[int]) -> int:
     with contextlib.redirect_stdout(io.StringIO()):  # the notebook's own prints and measurements
-        namespace = solution_namespace(ROOT / "solutions" / f"{exercise}.py")
+        namespace = solution_namespace(ROOT / "solutions" / exercise / "notebook.py")
         code = answer.read_text()
         linecache.cache[str(answer)] = (len(code), None, code.splitlines(keepends=True), str(answer))
         exec(compile(code, str(answer), "exec"), namespace)

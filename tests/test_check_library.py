@@ -5,7 +5,8 @@ import pytest
 
 from aisys_grader import CheckFailure, InProcessStudent, assert_close, check, checks_for, compare_cases, run
 from aisys_grader import plain
-from aisys_grader.checks import module_name, rng_for
+from aisys_grader.checks import rng_for
+from aisys_grader.exercise import exercise_of_module, module_name
 
 
 class AlwaysEqual:
@@ -122,7 +123,7 @@ def test_shape_and_key_mismatches_are_named():
 
 
 def test_hidden_cases_are_labelled_and_seeded():
-    @check("tests/seeded", points=1)
+    @check(points=1, exercise="tests/seeded")
     def seeded(student, rng, hidden):
         pass
 
@@ -137,7 +138,7 @@ def test_hidden_cases_are_labelled_and_seeded():
 
 
 def test_a_check_result_scores_its_points():
-    @check("tests/points", points=3)
+    @check(points=3, exercise="tests/points")
     def answer(student, rng, hidden):
         compare_cases(student, "f", [{"x": 2}], lambda x: x * x, returns="number", hidden=hidden)
 
@@ -149,9 +150,13 @@ def test_a_check_result_scores_its_points():
 
 
 def test_exercise_ids_map_to_check_modules():
-    assert module_name("01-architecture/roofline") == "aisys_grader.exercises.ch01_architecture.roofline"
-    with pytest.raises(ValueError, match="exercise must look like"):
-        module_name("roofline")
+    assert module_name("01-architecture/roofline") == "aisys_exercises.01-architecture.roofline.checks"
+    assert exercise_of_module(module_name("01-architecture/roofline")) == "01-architecture/roofline"
+    for bad in ("roofline", "01-architecture/roofline/checks", "1-architecture/roofline", "01-Arch/roofline"):
+        with pytest.raises(ValueError, match="exercise: expected '<NN-chapter>/<name>'"):
+            module_name(bad)
+    with pytest.raises(ValueError, match="checks are registered from an exercise's checks.py"):
+        check(points=1)(lambda student, rng, hidden: None)
 
 
 def test_large_int64_arrays_compare_exactly_and_print_exactly():

@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from aisys_grader import cleanroom, plain
+from aisys_grader.exercise import find
 from aisys_grader.course import grade
 from aisys_grader.engine import Timeouts, student_program
 from aisys_grader.sandbox import Sandbox
@@ -173,7 +174,7 @@ ALL_REDUCE = {  # the answer cells: dist.all_reduce, which the checks forbid
 
 def honest_functions() -> str:
     """The solution's three rank functions, renamed honest_*: what the forgery logs as its messages."""
-    notebook = jupytext.read(ROOT / "solutions" / "06-collectives" / "tree_allreduce.py")
+    notebook = jupytext.read(find("06-collectives/tree_allreduce").notebook)
     code = "\n\n".join(c.source for c in notebook.cells if "solution" in c.metadata.get("tags", [])
                        and any(f"def {name}(" in c.source for name in ALL_REDUCE))
     for name in ALL_REDUCE:

@@ -16,7 +16,7 @@ from aisys.cuda_c import reduction, softmax, transpose
 from run_solutions import ROOT  # not notebooks: the GPU tests run where the notebook tool chain is missing
 
 EXERCISE = "02-gpu-programming/cuda_c"
-SOLUTION = ROOT / "solutions" / f"{EXERCISE}.py"
+SOLUTION = ROOT / "solutions" / EXERCISE / "notebook.py"
 WRONG = sorted((ROOT / "tests" / "wrong_answers" / EXERCISE).glob("*.py"))
 REFERENCES = {"SUM_SOURCE": reduction, "SOFTMAX_SOURCE": softmax, "TRANSPOSE_SOURCE": transpose}
 KERNELS = {"SUM_SOURCE": "block_sum", "SOFTMAX_SOURCE": "softmax_rows", "TRANSPOSE_SOURCE": "transpose_tiled"}

@@ -21,7 +21,6 @@ from aisys_grader.course import grade
 from aisys_grader.engine import Timeouts
 from aisys_grader.generate import source_notebook
 from aisys_grader.sandbox import GIB, Limits, Sandbox, SandboxUnavailable
-from conftest import FIXTURES
 from notebooks import ROOT
 from processes import leftovers, loaded
 
@@ -198,7 +197,7 @@ def test_timed_check_uses_fresh_inputs_so_memoising_does_not_pay(tmp_path):
     course = tmp_path / "course"
     notebook = course / "source" / "99-grader" / "timing.ipynb"
     notebook.parent.mkdir(parents=True)
-    nbformat.write(source_notebook("99-grader/timing", root=FIXTURES), notebook)
+    nbformat.write(source_notebook("99-grader/timing"), notebook)
     shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
     # Right, and some 100 times numpy's time: far over the check's budget, far under the call's time limit.
     slow_sort = ("def sort_values(x):\n    values = list(x)\n    for _ in range(300):\n"

@@ -20,7 +20,6 @@ from aisys_grader.course import grade
 from aisys_grader.engine import Timeouts, grade_notebook
 from aisys_grader.generate import source_notebook
 from aisys_grader.sandbox import Sandbox
-from conftest import FIXTURES
 from notebooks import ROOT
 
 EXERCISE = "99-grader/needs_gpu"
@@ -39,7 +38,7 @@ def pretend_gpu(monkeypatch):
     monkeypatch.setenv("AISYS_TEST_GPU", "1")
 
 
-@check("tests/skipping", points=2)
+@check(points=2, exercise="tests/skipping")
 def gpu_only(student, rng, hidden):
     require_gpu()
     student.call("f", returns="number")
@@ -110,7 +109,7 @@ def test_the_notebook_still_raises_on_a_failure(pretend_gpu):
 # The grading engine --------------------------------------------------------------------------------------------------
 
 def _source():
-    return source_notebook(EXERCISE, root=FIXTURES)
+    return source_notebook(EXERCISE)
 
 
 def _with_answer(code: str):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from aisys_grader import CheckFailure, cleanroom, grammar
+from aisys_grader.exercise import find
 from aisys_grader.student import InProcessStudent, payload
 from notebooks import ROOT
 
@@ -20,7 +21,7 @@ NOT_GRADED = {  # definitions of locked cells the clean room may refuse: demos t
 
 def cells(exercise: str) -> list[tuple[list[str], str]]:
     """(tags, source) of each code cell of an exercise's solution notebook."""
-    notebook = jupytext.read(ROOT / "solutions" / f"{exercise}.py")
+    notebook = jupytext.read(find(exercise).notebook)
     return [(c.metadata.get("tags", []), c.source) for c in notebook.cells if c.cell_type == "code"]
 
 

@@ -14,7 +14,6 @@ is recorded for it, and `SaveGrades` leaves its gradebook entries as they were, 
 """
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -24,7 +23,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
 from traitlets import Bool, Integer, Unicode
 
 from . import records
-from .checks import module_name
+from .exercise import find
 from .engine import NotebookGrade, Timeouts, grade_notebook
 from .sandbox import Sandbox
 
@@ -96,7 +95,7 @@ def _key(course: Path, assignment: str, student: str, notebook: str, seed: int) 
     parts = [ENGINE_VERSION, str(seed)] + [sha256(p) for p in (
         submitted_path(course, assignment, student, notebook),
         Path(course) / "release" / assignment / f"{notebook}.ipynb",
-        Path(importlib.util.find_spec(module_name(f"{assignment}/{notebook}")).origin))]
+        find(f"{assignment}/{notebook}").checks)]
     return hashlib.sha256("/".join(parts).encode()).hexdigest()
 
 

@@ -1,7 +1,7 @@
 """Checks: named, pointed functions that compare student code with the aisys reference on seeded inputs.
 
-An exercise's checks live in `aisys_grader.exercises.<chNN_chapter>.<name>`,
-each registered with `@check(EXERCISE, points=...)`. A check function takes
+An exercise's checks live in its folder's checks.py (see exercise.py), each
+registered with `@check(points=...)`. A check function takes
 `(student, rng, hidden)`: it builds its cases from `rng` (visible cases use a
 fixed seed; hidden ones a seed the student cannot know) and calls the student
 only through `student.call`. It returns nothing when the student is right and
@@ -9,9 +9,7 @@ raises CheckFailure saying what is wrong otherwise. A check that needs a GPU cal
 `require_gpu()` first: without one it is skipped, neither passed nor failed.
 """
 
-import ast
 import importlib
-import importlib.util
 import os
 import secrets
 import statistics
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import plain
+from .exercise import exercise_of_module, find
 from .compare import CheckFailure, CheckSkipped, assert_close, describe, redacted
 from .student import Student
 
@@ -65,60 +64,28 @@ class Result:
 _REGISTRY: dict[str, dict[str, Check]] = {}
 
 
-def check(exercise: str, points: float):
-    """Register the decorated function as the check of `exercise` named after the function."""
-    if not (isinstance(points, (int, float)) and points > 0):
+def check(points: float, *, exercise: str | None = None):
+    """Register the decorated function as a check named after the function, of the exercise whose checks.py
+    defines it (a test registering checks elsewhere names its `exercise`)."""
+    if not (isinstance(points, (int, float)) and not isinstance(points, bool) and points > 0):
         raise ValueError(f"points must be a number > 0, got {points!r}")
 
     def register(function):
-        checks = _REGISTRY.setdefault(exercise, {})
+        owner = exercise or exercise_of_module(function.__module__)
+        checks = _REGISTRY.setdefault(owner, {})
         if function.__name__ in checks:
-            raise ValueError(f"exercise {exercise!r} already has a check named {function.__name__!r}")
-        checks[function.__name__] = Check(exercise, function.__name__, float(points), function)
+            raise ValueError(f"exercise {owner!r} already has a check named {function.__name__!r}")
+        checks[function.__name__] = Check(owner, function.__name__, float(points), function)
         return function
 
     return register
 
 
-def module_name(exercise: str) -> str:
-    """'01-architecture/roofline' -> 'aisys_grader.exercises.ch01_architecture.roofline'."""
-    chapter, _, name = exercise.partition("/")
-    number, _, topic = chapter.partition("-")
-    if not (number.isdigit() and topic and name):
-        raise ValueError(f"exercise must look like 'NN-chapter/name', got {exercise!r}")
-    return f"aisys_grader.exercises.ch{number}_{topic.replace('-', '_')}.{name.replace('-', '_')}"
-
-
 def checks_for(exercise: str) -> dict[str, Check]:
     """The checks of an exercise, by name, in the order they are defined."""
     if exercise not in _REGISTRY:
-        importlib.import_module(module_name(exercise))
+        importlib.import_module(find(exercise).module)
     return _REGISTRY.get(exercise, {})
-
-
-def _module_or_parent(package: str, name: str) -> str:
-    """`package.name` when that is a module, else `package` (the name is a function or class in it)."""
-    try:
-        return f"{package}.{name}" if importlib.util.find_spec(f"{package}.{name}") else package
-    except ModuleNotFoundError:  # package is a module, not a package
-        return package
-
-
-def reference_modules(exercise: str) -> set[str]:
-    """The aisys modules an exercise's checks import: its reference, which a grading kernel must not see.
-
-    A check module lists in STUDENT_MAY_IMPORT the ones students need (a model to run, say).
-    """
-    module = importlib.import_module(module_name(exercise))
-    imported = set()
-    for node in ast.walk(ast.parse(open(module.__file__).read())):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name for alias in node.names if alias.name.startswith("aisys.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "aisys" or node.module.startswith("aisys."):
-                # `from aisys.collectives import ring` hides the module ring, not the package beside it
-                imported |= {_module_or_parent(node.module, alias.name) for alias in node.names}
-    return imported - set(getattr(module, "STUDENT_MAY_IMPORT", ()))
 
 
 def rng_for(check: Check, hidden: bool, seed: int | None = None) -> np.random.Generator:

@@ -35,22 +35,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "generate":
-        from .generate import ROOT, generate
+        from .generate import generate, repository
 
         try:
             written = generate(only=args.exercises or None)
         except ValueError as error:
             parser.exit(2, f"aisys-grader: error: {error}\n")
         for path in written:
-            print(path.relative_to(ROOT))
+            print(path.relative_to(repository()))
     elif args.command == "grade":
         from .autograde import needs_gpu_message
         from .course import grade as grade_class
-        from .generate import ROOT
+        from .generate import repository
         from .sandbox import SandboxUnavailable
 
         try:
-            rows = grade_class(args.submissions, args.course or ROOT / "autograder", args.assignment,
+            rows = grade_class(args.submissions, args.course or repository() / "autograder", args.assignment,
                                workers=args.workers, force=args.force, allow_unsandboxed=args.unsandboxed,
                                seed=args.seed, csv_path=args.csv, layout=args.layout)
         except (SandboxUnavailable, ValueError) as error:

@@ -23,6 +23,7 @@ from . import checks as checks_module
 from . import inert
 from .compare import CheckFailure, redacted
 from .cleanroom import SandboxedRoom
+from .exercise import find
 from .kernel import WALL_FACTOR, Budget, KernelDied, KernelStudent, SandboxedKernel
 from .sandbox import Sandbox
 from .student import BridgeStudent
@@ -211,7 +212,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
     else:
         notes = _intake_note(submission)
     try:
-        hidden = checks_module.reference_modules(exercise)
+        hidden = set(find(exercise).spec.reference)
         with SandboxedKernel(sandbox, hidden) as kernel, SandboxedRoom(sandbox, hidden) as room:
             budget = Budget(kernel, timeouts.notebook, timeouts.wall_factor)
             student = KernelStudent(kernel, call_timeout=timeouts.call, budget=budget, exercise=exercise, room=room)

@@ -1,6 +1,6 @@
-"""Regenerate every exercise's notebooks from its one source in solutions/.
+"""Regenerate every exercise's notebooks from its one source, solutions/<chapter>/<name>/notebook.py.
 
-    solutions/<chapter>/<name>.py          the source (jupytext percent format), written by hand
+    solutions/<chapter>/<name>/notebook.py    the source (jupytext percent format), written by hand
     autograder/source/<chapter>/<name>.ipynb  nbgrader's source notebook: solutions and hidden checks in
     exercises/<chapter>/<name>.ipynb       the student's notebook, stripped by nbgrader generate_assignment
 
@@ -21,13 +21,12 @@ from nbgrader.apps import NbGraderAPI
 from traitlets.config import Config, PyFileConfigLoader
 
 from .checks import checks_for
+from .exercise import course_root, exercise_ids, find
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def exercise_ids(root: Path = ROOT) -> list[str]:
-    """Every exercise, as '<chapter>/<name>', from the sources in solutions/."""
-    return sorted(f"{p.parent.name}/{p.stem}" for p in (root / "solutions").glob("[0-9][0-9]-*/*.py"))
+def repository() -> Path:
+    """The checkout (or course folder) holding solutions/, exercises/ and autograder/."""
+    return course_root().parent
 
 
 def _check_name(cell, exercise: str) -> str:
@@ -41,9 +40,9 @@ def _check_name(cell, exercise: str) -> str:
     return names.pop()
 
 
-def source_notebook(exercise: str, root: Path = ROOT) -> nbformat.NotebookNode:
+def source_notebook(exercise: str) -> nbformat.NotebookNode:
     """The nbgrader source notebook of `exercise`, with nbgrader metadata from the cell tags."""
-    notebook = jupytext.read(root / "solutions" / f"{exercise}.py")
+    notebook = jupytext.read(find(exercise).notebook)
     checks = checks_for(exercise)
     graded = []
     for i, cell in enumerate(notebook.cells):
@@ -74,7 +73,7 @@ def source_notebook(exercise: str, root: Path = ROOT) -> nbformat.NotebookNode:
 
 def nbgrader_config(course: Path) -> Config:
     """The nbgrader_config.py of `course` (of this repository's course if it has none), rooted at `course`."""
-    folder = course if (Path(course) / "nbgrader_config.py").exists() else ROOT / "autograder"
+    folder = course if (Path(course) / "nbgrader_config.py").exists() else repository() / "autograder"
     config = PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
     config.CourseDirectory.root = str(course)
     return config
@@ -87,21 +86,21 @@ def _write(notebook, path: Path) -> Path:
     return path
 
 
-def generate(root: Path = ROOT, out: Path | None = None, only: list[str] | None = None) -> list[Path]:
-    """Write the nbgrader source and student notebook of every exercise (or of those in `only`, as
+def generate(out: Path | None = None, only: list[str] | None = None) -> list[Path]:
+    """Write the nbgrader source and student notebook of every exercise of the course (or of those in `only`, as
     '<chapter>/<name>') under `out` (default: the repository)."""
-    out = root if out is None else out
-    exercises = exercise_ids(root)
+    out = repository() if out is None else Path(out)
+    exercises = exercise_ids()
     unknown = sorted(set(only or ()) - set(exercises))
     if unknown:
         raise ValueError(f"only: no exercise {', '.join(unknown)}; exercises are '<chapter>/<name>' with a source "
-                         f"in solutions/, e.g. {exercises[0]}")
+                         f"folder in {course_root()}, e.g. {exercises[0]}")
     exercises = [e for e in exercises if only is None or e in only]
     written = []
     with tempfile.TemporaryDirectory() as scratch:
         course = Path(scratch)  # a throwaway course: nbgrader writes its release folder here
         for exercise in exercises:
-            source = _write(source_notebook(exercise, root), out / "autograder" / "source" / f"{exercise}.ipynb")
+            source = _write(source_notebook(exercise), out / "autograder" / "source" / f"{exercise}.ipynb")
             _write(nbformat.read(source, as_version=4), course / "source" / f"{exercise}.ipynb")
             written.append(source)
         config = nbgrader_config(course)

@@ -1,0 +1,158 @@
+"""Exercises: one folder each, whose path is the exercise's id, '<chapter>/<name>'.
+
+    solutions/<chapter>/<name>/
+        notebook.py          the jupytext source: the student's notebook, with the solution in it
+        checks.py            the checks, each `@check(points=...)` (aisys_grader.checks)
+        wrong_answers.toml   known-wrong answers, as edits of the solution (aisys_grader.wrong)
+        spec.toml            what the exercise declares (Spec)
+
+`solutions/` is installed as the package `aisys_exercises`: an exercise's checks are the module
+`aisys_exercises.<chapter>.<name>.checks`, found through the package's path, so tests may add a
+folder of exercises of their own to it. Nothing repeats the id: it is read from the folder.
+"""
+
+import re
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import aisys_exercises
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PACKAGE = aisys_exercises.__name__
+ID = re.compile(r"(?P<chapter>\d\d-[a-z0-9]+(?:-[a-z0-9]+)*)/(?P<name>[a-z][a-z0-9_]*)")
+SPEC_KEYS = {"title": str, "page": str, "gpus": int, "reference": list, "student_may_import": list, "clean_room": list}
+REQUIRED = ("title", "gpus", "reference", "student_may_import")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What an exercise declares in its spec.toml."""
+
+    title: str  # as in the notebook's heading, "Exercise: <title>"
+    gpus: int  # GPUs needed to grade every check: 0 where every check runs on a CPU
+    reference: tuple[str, ...]  # aisys modules holding the answers: never in a grading kernel
+    student_may_import: tuple[str, ...]  # the only aisys modules a grading kernel holds (with what they import)
+    page: str | None = None  # the book page that teaches it, as in book/_toc.yml
+    clean_room: tuple[str, ...] = ()  # what kernels and rank functions may import in the clean room (cleanroom.py)
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    folder: Path
+
+    @property
+    def chapter(self) -> str:
+        return self.id.split("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.split("/")[1]
+
+    @property
+    def notebook(self) -> Path:
+        return self.folder / "notebook.py"
+
+    @property
+    def checks(self) -> Path:
+        return self.folder / "checks.py"
+
+    @property
+    def wrong_answers(self) -> Path:
+        return self.folder / "wrong_answers.toml"
+
+    @property
+    def module(self) -> str:
+        return module_name(self.id)
+
+    @property
+    def spec(self) -> Spec:
+        return read_spec(self.folder / "spec.toml")
+
+
+def check_id(exercise: str) -> re.Match:
+    match = ID.fullmatch(exercise) if isinstance(exercise, str) else None
+    if match is None:
+        raise ValueError(f"exercise: expected '<NN-chapter>/<name>' (as 07-inference/kv_cache), got {exercise!r}")
+    return match
+
+
+def module_name(exercise: str) -> str:
+    """'07-inference/kv_cache' -> 'aisys_exercises.07-inference.kv_cache.checks'."""
+    check_id(exercise)
+    return f"{PACKAGE}.{exercise.replace('/', '.')}.checks"
+
+
+def exercise_of_module(module: str) -> str:
+    """The id of the exercise whose checks are `module` (the inverse of module_name)."""
+    parts = module.split(".")
+    if len(parts) != 4 or parts[0] != PACKAGE or parts[3] != "checks":
+        raise ValueError(f"checks are registered from an exercise's checks.py ({PACKAGE}.<chapter>.<name>.checks), "
+                         f"not from {module!r}; elsewhere pass exercise= to @check")
+    return check_id(f"{parts[1]}/{parts[2]}").group(0)
+
+
+def roots() -> list[Path]:
+    """Folders of exercises: the course's first, then any a test added to the package's path."""
+    return [Path(p) for p in aisys_exercises.__path__]
+
+
+def course_root() -> Path:
+    return roots()[0]
+
+
+def exercise_ids(root: Path | None = None) -> list[str]:
+    """Every exercise in `root` (default: the course), as '<chapter>/<name>': each folder with a spec.toml."""
+    root = course_root() if root is None else Path(root)
+    return sorted(f"{p.parent.parent.name}/{p.parent.name}" for p in root.glob("*/*/spec.toml")
+                  if ID.fullmatch(f"{p.parent.parent.name}/{p.parent.name}"))
+
+
+def find(exercise: str) -> Exercise:
+    """The exercise with this id, from the first folder of exercises that holds it."""
+    check_id(exercise)
+    for root in roots():
+        if (root / exercise / "spec.toml").is_file():
+            return Exercise(exercise, root / exercise)
+    known = exercise_ids()
+    raise ValueError(f"exercise: no folder {exercise} with a spec.toml in {', '.join(map(str, roots()))}; "
+                     f"exercises: {', '.join(known[:5])}{', ...' if len(known) > 5 else ''}")
+
+
+@cache
+def read_spec(path: Path) -> Spec:
+    """Read and validate a spec.toml; an error names the file, the key and what was expected."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"{path}: not a readable TOML file: {error}") from None
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    missing = [key for key in REQUIRED if key not in data]
+    if unknown or missing:
+        raise ValueError(f"{path}: " + "; ".join(
+            ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
+            + f"; a spec has {', '.join(SPEC_KEYS)}")
+    for key, kind in SPEC_KEYS.items():
+        if key in data and not isinstance(data[key], kind) or isinstance(data.get(key), bool):
+            raise ValueError(f"{path}: {key} must be a {kind.__name__}, got {data[key]!r}")
+    for key in ("reference", "student_may_import", "clean_room"):
+        bad = [m for m in data.get(key, ()) if not (isinstance(m, str) and re.fullmatch(r"aisys(\.[a-z_][a-z0-9_]*)+", m))]
+        if bad:
+            raise ValueError(f"{path}: {key} must list aisys module names (as aisys.inference.model), got {bad}")
+    both = sorted(set(data["reference"]) & set(data["student_may_import"]))
+    if both:
+        raise ValueError(f"{path}: {both} are both reference and student_may_import")
+    outside = sorted(set(data.get("clean_room", ())) - set(data["student_may_import"]))
+    if outside:
+        raise ValueError(f"{path}: clean_room lists {outside}, which student_may_import does not")
+    if data["gpus"] < 0:
+        raise ValueError(f"{path}: gpus must be 0 or more, got {data['gpus']}")
+    return Spec(title=data["title"], gpus=data["gpus"], reference=tuple(data["reference"]),
+                student_may_import=tuple(data["student_may_import"]), page=data.get("page"),
+                clean_room=tuple(data.get("clean_room", ())))

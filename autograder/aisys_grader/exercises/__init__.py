@@ -1,1 +1,0 @@
-"""Checks of each exercise, one module per exercise, in chapter packages."""

@@ -1,1 +1,0 @@
-"""Checks of chapter 1: machine architecture and performance models."""

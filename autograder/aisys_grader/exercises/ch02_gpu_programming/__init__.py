@@ -1,1 +1,0 @@
-"""Checks of chapter 2: GPU programming, thread by thread."""

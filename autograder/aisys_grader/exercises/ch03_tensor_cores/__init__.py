@@ -1,1 +1,0 @@
-"""Checks of chapter 3: Tensor Cores, GEMM and systolic arrays."""

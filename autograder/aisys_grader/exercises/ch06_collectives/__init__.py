@@ -1,1 +1,0 @@
-"""Checks of chapter 6: collective communication."""

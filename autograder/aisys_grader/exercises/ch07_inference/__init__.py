@@ -1,1 +1,0 @@
-"""Checks of chapter 7: LLM inference."""

@@ -1,0 +1,123 @@
+"""Checks: a sum, a row-wise softmax and a tiled transpose written in CUDA C.
+
+GPU only: every check first calls `require_gpu(cupy=True)`, so without a GPU (or without
+CuPy) it reports "skipped: needs a GPU (...)", neither passed nor failed, and the grading
+engine records no grade for the notebook. Student functions take and return numpy
+arrays; the truth is numpy in float64. Hidden cases cover one element, either side of a
+warp and of a block, ragged tiles, empty inputs, and sizes large enough that many blocks
+run at once, which is where a missing barrier shows on a real GPU.
+"""
+
+import numpy as np
+
+# The references: the checks only read their launch constants, but importing them keeps them out of the sandbox.
+import aisys.cuda_c.reduction as sum_reference
+import aisys.cuda_c.softmax as softmax_reference
+import aisys.cuda_c.transpose as transpose_reference
+
+from aisys_grader.checks import check, compare_cases, require_gpu
+from aisys_grader.compare import CheckFailure, assert_close, describe, unredacted
+
+
+BLOCK = sum_reference.BLOCK  # threads per block of the sum; the notebook fixes the same numbers
+FULL_PASS = BLOCK * sum_reference.MAX_BLOCKS  # pass 1 has one element per thread up to here; then a grid-stride loop
+SUM_ERROR = 1e-5  # a float32 sum may differ from the exact one by this fraction of sum(|x|)
+ROW_BLOCK = softmax_reference.BLOCK  # threads per row of the softmax
+TILE = transpose_reference.TILE
+
+
+# Sum ----------------------------------------------------------------------------------------------------------------
+
+def _vector(rng, n, kind):
+    if kind == "normal":
+        return rng.standard_normal(n).astype(np.float32)
+    return rng.random(n, dtype=np.float32)  # positive: float32 precision is then relative to the sum itself
+
+
+@check(points=3)
+def cuda_sum(student, rng, hidden):
+    """cuda_sum(x) returns the sum of a float32 vector of any length, empty and 2**22 + 7 elements included."""
+    require_gpu(cupy=True)
+    cases = [(1000, "uniform"), (1, "normal"), (257, "normal")]
+    if hidden:
+        cases = [(n, "normal") for n in (0, 1, 31, 32, 33, BLOCK - 1, BLOCK, BLOCK + 1)]
+        cases += [(int(rng.integers(2, 5000)), "normal"), (int(rng.integers(5000, 300_000)), "uniform"),
+                  (FULL_PASS, "uniform"), (FULL_PASS + 1, "uniform"), (2**22 + 7, "uniform")]
+    for i, (n, kind) in enumerate(cases, 1):
+        x = _vector(rng, n, kind)
+        expected = float(x.sum(dtype=np.float64))
+        allowed = SUM_ERROR * float(np.abs(x).sum(dtype=np.float64)) + 1e-6
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: cuda_sum(x={describe(x)}) ({n} elements)"
+        try:
+            got = student.call("cuda_sum", x=x, returns="number")
+        except CheckFailure as failure:
+            raise CheckFailure(f"{label}: {failure}") from None
+        try:
+            assert_close(got, expected, rtol=0, atol=allowed)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{label}: {failure}; float32 addition in another order may differ from the exact sum "
+                               f"by {SUM_ERROR:g} of sum(|x|){unredacted(f', {allowed:.3g} here')}") from None
+
+
+# Softmax ------------------------------------------------------------------------------------------------------------
+
+def _softmax(x):
+    """Row-wise softmax in float64, rounded to float32: the truth."""
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True)) if x.size else x
+    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32) if x.size else x.astype(np.float32)
+
+
+def _compare_softmax(student, arrays, hidden):
+    compare_cases(student, "cuda_softmax", [{"x": x} for x in arrays], _softmax, returns="array", hidden=hidden)
+
+
+@check(points=2)
+def cuda_softmax(student, rng, hidden):
+    """cuda_softmax(x) returns softmax over each row, for rows short and long, ragged, and empty inputs."""
+    require_gpu(cupy=True)
+    shapes = [(4, 10), (3, 1000), (2, ROW_BLOCK + 1)]
+    if hidden:
+        shapes = [(1, 1), (5, 1), (1, 31), (3, 32), (2, 33), (4, ROW_BLOCK - 1), (3, ROW_BLOCK), (2, ROW_BLOCK + 1),
+                  (7, 5000), (300, 67), (0, 10), (3, 0)]
+        shapes += [(int(rng.integers(1, 50)), int(rng.integers(2, 3000))) for _ in range(2)]
+    _compare_softmax(student, [(3 * rng.standard_normal(shape)).astype(np.float32) for shape in shapes], hidden)
+
+
+def _extreme_rows(rng, rows, cols):
+    """Rows with values up to +-1e4, and -inf entries (never a whole row of them: its softmax is NaN)."""
+    x = rng.uniform(-1e4, 1e4, size=(rows, cols)).astype(np.float32)
+    if cols > 1:
+        x[rng.random((rows, cols)) < 0.25] = -np.inf
+        x[np.arange(rows), rng.integers(0, cols, size=rows)] = rng.uniform(-1e4, 1e4, size=rows)  # one finite each
+    return x
+
+
+@check(points=2)
+def cuda_softmax_stable(student, rng, hidden):
+    """cuda_softmax is numerically stable: values of +-1e4 and -inf entries give the right answer, never inf or NaN."""
+    require_gpu(cupy=True)
+    big = np.full((1, 300), 1e4, np.float32)  # every exp(1e4) overflows float32; the answer is 1/300 each
+    one_hot = np.full((1, 40), -np.inf, np.float32)
+    one_hot[0, 37] = 5e3
+    arrays = [big, one_hot, _extreme_rows(rng, 3, 100)]
+    if hidden:
+        shapes = [(1, 1), (2, 33), (4, ROW_BLOCK + 1), (3, 3000), (64, int(rng.integers(2, 600)))]
+        arrays = [big, one_hot, -big] + [_extreme_rows(rng, rows, cols) for rows, cols in shapes]
+    _compare_softmax(student, arrays, hidden)
+
+
+# Transpose ----------------------------------------------------------------------------------------------------------
+
+@check(points=3)
+def cuda_transpose(student, rng, hidden):
+    """cuda_transpose(a) returns a.T exactly, for any shape: ragged tiles, single rows and columns, empty, large."""
+    require_gpu(cupy=True)
+    shapes = [(4, 6), (33, 65), (1, 37), (300, 500)]
+    if hidden:
+        shapes = [(1, 1), (1, 37), (37, 1), (TILE - 1, TILE), (TILE, TILE + 1), (100, 31), (257, 129), (0, 5), (5, 0)]
+        shapes += [tuple(int(s) for s in rng.integers(1, 300, size=2)) for _ in range(2)]
+        shapes += [tuple(int(s) for s in rng.integers(1500, 2500, size=2))]  # thousands of blocks at once
+    cases = [{"a": rng.standard_normal(shape).astype(np.float32)} for shape in shapes]
+    compare_cases(student, "cuda_transpose", cases, lambda a: np.ascontiguousarray(a.T), returns="array",
+                  hidden=hidden, rtol=0, atol=0)  # a transpose moves bits

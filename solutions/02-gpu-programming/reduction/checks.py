@@ -1,0 +1,226 @@
+"""Checks: block sums by a shared-memory tree, by shuffles, and a whole sum.
+
+Correctness checks compare with numpy: exactly for int32 and int64, to float32
+precision for float32 (numpy adds in another order). Hidden cases cover one
+element, either side of a warp, ragged blocks, every dtype at every size, and
+one array of 2**16 + 7 elements. The pattern checks run the student's function
+in the simulator and compare its launch reports with the reference's on the
+same input: the lesson of each stage is in how it runs, not only in what it
+returns.
+"""
+
+import math
+from functools import cache
+
+import numpy as np
+
+from aisys.cuda_kernels import reduction as reference
+
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import CheckFailure, tolerance
+from aisys_grader.launches import (efficiency, errors_message, first_error, least_efficient, lines, profiled,
+                         reference_launches, total, where)
+
+
+BLOCK = reference.BLOCK  # elements per block sum; the notebook fixes the same number
+DTYPES = (np.float32, np.int32, np.int64)
+EDGE_SIZES = (1, 31, 32, 33, 1000)  # one element, either side of a warp, a ragged last block
+BIG = 2**16 + 7  # graded once, in reduce_sum
+DIVERGENCE_ALLOWED = 2  # divergent branches, as a multiple of the reference's (sequential addressing)
+PROFILE_SIZE = 12_000  # reduce_sum's pattern check: 1.5 to 3 elements per thread of a first pass of 32 x 256
+SHARED_ALLOWED = 1.2  # shared-memory requests in stage 2, as a multiple of the reference's
+
+
+def _data(rng, n, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype == np.int32:
+        return rng.integers(-1000, 1000, size=n, dtype=np.int32)  # no sum of 2**16 + 7 of them nears 2**31
+    if dtype == np.int64:
+        return rng.integers(-2**35, 2**35, size=n, dtype=np.int64)  # a block's sum overflows int32; float32 rounds it
+    return rng.random(n, dtype=np.float32)  # positive: no cancellation, so float32 precision is relative to the sum
+
+
+def _block_sums(x):
+    """The sum of each BLOCK-element chunk of x, in x's dtype (floats added in float64, then rounded)."""
+    padded = np.zeros(-(-x.size // BLOCK) * BLOCK, x.dtype)
+    padded[:x.size] = x
+    if x.dtype.kind == "f":
+        return padded.reshape(-1, BLOCK).sum(axis=1, dtype=np.float64).astype(x.dtype)
+    return padded.reshape(-1, BLOCK).sum(axis=1, dtype=x.dtype)
+
+
+def _sum(x):
+    if x.dtype.kind == "f":
+        return x.dtype.type(x.sum(dtype=np.float64))
+    return x.sum(dtype=x.dtype)
+
+
+def _compare(student, function, arrays, truth, returns, hidden):
+    """compare_cases, with float32 results compared to float32 precision and integers exactly."""
+    for kind in ("i", "f"):
+        cases = [{"x": x} for x in arrays if x.dtype.kind == kind]
+        rtol, atol = tolerance(np.float32) if kind == "f" else (None, None)
+        compare_cases(student, function, cases, truth, returns=returns, hidden=hidden, rtol=rtol, atol=atol)
+
+
+def _correctness_cases(rng, hidden, big=False) -> list[np.ndarray]:
+    sizes = [(1000, np.float32), (33, np.int32), (300, np.int64)]
+    if hidden:
+        sizes = [(n, dtype) for n in EDGE_SIZES for dtype in DTYPES]
+        sizes += [(int(rng.integers(2, 1500)), dtype) for dtype in DTYPES]
+        if big:
+            sizes.append((BIG, np.float32))  # a long float32 sum: adding it in one thread's order is not precise
+    return [_data(rng, n, dtype) for n, dtype in sizes]
+
+
+# Reports ------------------------------------------------------------------------------------------------------------
+
+ERROR_ADVICE = {  # what to change, by the kind of the first report error
+    "race": "In a reduction, each level of the tree reads what other threads wrote at the level before: "
+            "cuda.syncthreads() belongs between the levels, inside the loop. In the last warp, pass values with "
+            "cuda.shfl_down_sync instead: since Volta the lanes of a warp do not run in lockstep, so shared memory "
+            "without a barrier is a race there too",
+    "barrier": "A thread past the end of x must not `return` early: let it store 0 into shared memory and take part "
+               "in the tree like the others",
+    "warp": "Call a shuffle outside any `if` that splits the warp, with every lane of its mask",
+}
+
+
+@cache
+def _reference_launches(function: str, n: int) -> list[dict]:
+    """The reference's launch reports on float32 data of length n (they do not depend on the values)."""
+    return reference_launches(getattr(reference, function), np.ones(n, np.float32))
+
+
+def _student_launches(student, function, rng, n, truth, *, errors=True) -> list[dict]:
+    """The student's launch reports on float32 data of length n; CheckFailure unless the value is right
+    (and, with `errors`, unless the reports are free of races and barrier errors)."""
+    x = _data(rng, n, np.float32)
+    value, launches = profiled(student, function, x=x, returns="any")
+    if errors and (error := errors_message(launches)):  # first: a race or a missed barrier explains a wrong result
+        advice = ERROR_ADVICE.get(first_error(launches)[1]["kind"], "")
+        raise CheckFailure(f"on {n} float32 elements, {error}. {advice}")
+    expected = truth(x)
+    rtol, atol = tolerance(np.float32)
+    if not np.allclose(np.asarray(value, dtype=np.float64), np.float64(expected), rtol=rtol, atol=atol) or (
+            np.shape(value) != np.shape(expected)):
+        raise CheckFailure(f"on {n} float32 elements, {function} returned a wrong result (the check `{function}` "
+                           "says more); its launch reports are graded only when it is right")
+    return launches
+
+
+def _coalesced(launches, their_launches, n, function) -> None:
+    mine, theirs = efficiency(launches), efficiency(their_launches)
+    if mine >= 0.9 * theirs:
+        return
+    worst = least_efficient(launches)
+    raise CheckFailure(
+        f"on {n} float32 elements, {mine:.0%} of the bytes {function}'s kernels moved between global memory and "
+        f"the chip were bytes they used (the reference: {theirs:.0%}). The worst access is {where(worst)} "
+        f"({worst['kind']}): {worst['sectors']} sectors of 32 bytes where {worst['ideal_sectors']} would hold the "
+        f"data. The 32 lanes of a warp should read 32 consecutive elements in each step (element i for thread i, "
+        f"then i + the number of threads in the grid); a contiguous chunk per thread puts the lanes a chunk apart, "
+        f"each lane in its own sector")
+
+
+# Stage 1 ------------------------------------------------------------------------------------------------------------
+
+@check(points=2)
+def block_sums_tree(student, rng, hidden):
+    """block_sums_tree(x) returns the sum of each BLOCK-element chunk of x, for float32, int32 and int64."""
+    _compare(student, "block_sums_tree", _correctness_cases(rng, hidden), _block_sums, "array", hidden)
+
+
+@check(points=3)
+def block_sums_tree_sequential(student, rng, hidden):
+    """Sequential addressing: coalesced loads, whole warps busy or idle together, no bank conflicts."""
+    n = int(rng.integers(3 * BLOCK + 1, 4 * BLOCK + 1)) if hidden else 4 * BLOCK
+    launches = _student_launches(student, "block_sums_tree", rng, n, _block_sums, errors=False)
+    theirs = _reference_launches("block_sums_tree", n)
+    _coalesced(launches, theirs, n, "block_sums_tree")
+
+    mine_divergent, their_divergent = total(launches, "branches", "divergent"), total(theirs, "branches", "divergent")
+    if mine_divergent > DIVERGENCE_ALLOWED * their_divergent:
+        worst = max(lines(launches, "branch"), key=lambda line: line["divergent"])
+        raise CheckFailure(
+            f"on {n} float32 elements ({-(-n // BLOCK)} blocks of {BLOCK} threads), the lanes of a warp went "
+            f"different ways at a branch {mine_divergent} times (the reference: {their_divergent}), "
+            f"{worst['divergent']} of them at {where(worst)}. A warp that diverges runs both paths one after the "
+            f"other, its idle lanes masked off. With interleaved addressing (the busy threads are 0, 2s, 4s, ...) "
+            f"half the lanes of every warp idle at the first level and every working warp diverges at each level "
+            f"after. Keep the busy threads contiguous instead: for s = BLOCK // 2, ..., 1, `if tid < s: "
+            f"sdata[tid] += sdata[tid + s]`; whole warps then work or idle together until s < 32")
+
+    mine_conflicts = total(launches, "shared", "bank_conflicts")
+    their_conflicts = total(theirs, "shared", "bank_conflicts")
+    if mine_conflicts > their_conflicts:
+        worst = max(lines(launches, "shared"), key=lambda line: line["bank_conflicts"])
+        raise CheckFailure(
+            f"on {n} float32 elements, your shared-memory accesses had {mine_conflicts} bank conflicts (the "
+            f"reference: {their_conflicts}), {worst['bank_conflicts']} at {where(worst)} ({worst['kind']}: "
+            f"{worst['wavefronts']} wavefronts for {worst['requests']} warp instructions). Shared memory has 32 "
+            f"banks of 4 bytes: word k is in bank k % 32. When thread tid works on word 2 * s * tid, the lanes of "
+            f"a warp are 2s words apart and land 2s to a bank (2-way at s = 1, 4-way at s = 2, ...), and the bank "
+            f"serves them one after the other. With sequential addressing, lane tid reads words tid and tid + s: "
+            f"32 consecutive words, one per bank")
+
+
+@check(points=1)
+def block_sums_tree_race_free(student, rng, hidden):
+    """No shared-memory race and no barrier error, with a ragged last block too."""
+    n = 4 * BLOCK - int(rng.integers(1, BLOCK)) if hidden else 1000
+    _student_launches(student, "block_sums_tree", rng, n, _block_sums)
+
+
+# Stage 2 ------------------------------------------------------------------------------------------------------------
+
+@check(points=2)
+def block_sums_shuffle(student, rng, hidden):
+    """block_sums_shuffle(x) returns the same block sums as block_sums_tree, for float32, int32 and int64."""
+    _compare(student, "block_sums_shuffle", _correctness_cases(rng, hidden), _block_sums, "array", hidden)
+
+
+@check(points=2)
+def block_sums_shuffle_warp(student, rng, hidden):
+    """The last 32 values are added in registers with warp shuffles: no race, no extra shared-memory traffic."""
+    n = 4 * BLOCK - int(rng.integers(1, BLOCK)) if hidden else 1000
+    launches = _student_launches(student, "block_sums_shuffle", rng, n, _block_sums)
+    theirs = _reference_launches("block_sums_shuffle", n)
+    mine_requests, their_requests = total(launches, "shared", "requests"), total(theirs, "shared", "requests")
+    if mine_requests > SHARED_ALLOWED * their_requests:
+        raise CheckFailure(
+            f"on {n} float32 elements, your kernels made {mine_requests} shared-memory requests (warp "
+            f"instructions), {mine_requests / their_requests:.1f} times the reference's {their_requests}. Once "
+            f"the tree is down to 32 values, one warp does all the work: load them into registers "
+            f"(v = sdata[tid] for tid < 32) and add them with `v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)` "
+            f"for offset = 16, 8, 4, 2, 1. Lane i reads lane i + offset's register directly: no shared memory, "
+            f"no block-wide barrier, and lane 0 ends with the block's sum")
+    mine_conflicts = total(launches, "shared", "bank_conflicts")
+    if mine_conflicts > total(theirs, "shared", "bank_conflicts"):
+        worst = max(lines(launches, "shared"), key=lambda line: line["bank_conflicts"])
+        raise CheckFailure(
+            f"on {n} float32 elements, your shared-memory accesses had {mine_conflicts} bank conflicts, "
+            f"{worst['bank_conflicts']} at {where(worst)}; the reference has none. Let lane tid read words tid and "
+            f"tid + s (sequential addressing): 32 consecutive words lie in 32 different banks")
+
+
+# Stage 3 ------------------------------------------------------------------------------------------------------------
+
+@check(points=2)
+def reduce_sum(student, rng, hidden):
+    """reduce_sum(x) returns the sum of all of x, for float32, int32 and int64, one array of 2**16 + 7 included."""
+    _compare(student, "reduce_sum", _correctness_cases(rng, hidden, big=True), _sum, "number", hidden)
+
+
+@check(points=2)
+def reduce_sum_profile(student, rng, hidden):
+    """reduce_sum spreads the work over many blocks, reads x coalesced, and has no race or barrier error."""
+    # Several elements per thread of the first pass: where a thread's elements lie decides coalescing.
+    n = int(rng.integers(PROFILE_SIZE, 2 * PROFILE_SIZE)) if hidden else PROFILE_SIZE
+    launches = _student_launches(student, "reduce_sum", rng, n, _sum)
+    if max(math.prod(launch["grid"]) for launch in launches) < 2:
+        raise CheckFailure(
+            f"on {n} float32 elements, every launch of reduce_sum ran a single block. A block runs on one "
+            f"multiprocessor (an H100 has 132): spread the first pass over many blocks, each adding its share "
+            f"into one partial sum, and add the partial sums in a second pass (or with atomics)")
+    _coalesced(launches, _reference_launches("reduce_sum", n), n, "reduce_sum")

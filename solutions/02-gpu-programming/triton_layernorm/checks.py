@@ -1,0 +1,127 @@
+"""Checks: LayerNorm and RMSNorm forward, one Triton program per row.
+
+The truth is torch's own functions (F.layer_norm, F.rms_norm) in float64 on the
+same values: inputs of float16 or bfloat16 are rounded to that dtype first (they
+travel as float32), and results are compared with that dtype's tolerance, so a
+kernel that computes in float32 and rounds once passes and one that computes in
+the data's dtype does not. The `block` argument (columns per step) is chosen by
+the checks, so rows of one block, of several, and ragged last blocks are all
+graded. Three checks isolate what LayerNorm gets wrong most: the rows where eps
+decides the result (constant rows, and variance below eps), and rows with a
+mean of 1e4 and a spread of 1, where var = E[x^2] - E[x]^2 cancels
+catastrophically in float32.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import tolerance
+from aisys_grader.low_precision import TORCH_DTYPES, rounded
+
+
+EPS = 1e-5
+TINY_STD = 2e-3  # the spread of a "flat" row: variance 4e-6, below EPS
+LARGE_MEAN = 1e4
+# Rows near 1e4: float32 spacing there is about 1e-3, so a float32 kernel's error is about that (torch's own
+# float32 layer_norm is off by up to 2e-3); E[x^2] - E[x]^2 in float32 is off by 1 to 1000.
+LARGE_MEAN_TOLERANCE = 1e-2
+# Flat rows: the distances x - mean are about 2e-3 and rstd about 270, so float32 rounding of the mean
+# (1e-7 near 1) shows as about 1e-4 in y. eps misplaced or a biased/unbiased mix-up is off by 1e-2 or more.
+FLAT_TOLERANCE = 1e-3
+
+
+def _layer_norm_case(x, rng, dtype, block, eps=EPS) -> dict:
+    N = x.shape[1]
+    weight = 1 + 0.5 * rng.standard_normal(N)
+    bias = 0.5 * rng.standard_normal(N)
+    return {"x": rounded(x, dtype), "weight": rounded(weight, dtype), "bias": rounded(bias, dtype),
+            "eps": eps, "dtype": dtype, "block": block}
+
+
+def _rows(rng, M, N) -> np.ndarray:
+    """Rows with their own mean (within +-1) and spread (0.5 to 2): moderate, so only a wrong formula fails."""
+    shift = rng.uniform(-1, 1, (M, 1))
+    scale = rng.uniform(0.5, 2, (M, 1))
+    return shift + scale * rng.standard_normal((M, N))
+
+
+def _true_layer_norm(x, weight, bias, eps, dtype, block):
+    N = x.shape[1]
+    t = [torch.from_numpy(a).double() for a in (x, weight, bias)]
+    return F.layer_norm(t[0], (N,), t[1], t[2], eps).numpy()
+
+
+def _true_rms_norm(x, weight, eps, dtype, block):
+    N = x.shape[1]
+    return F.rms_norm(torch.from_numpy(x).double(), (N,), torch.from_numpy(weight).double(), eps).numpy()
+
+
+def _compare_by_dtype(student, function, cases, truth, hidden, rtol=None, atol=None):
+    """compare_cases for each dtype in turn, with that dtype's tolerance unless one is given."""
+    for dtype in TORCH_DTYPES:
+        mine = [case for case in cases if case["dtype"] == dtype]
+        if mine:
+            r, a = tolerance(dtype)
+            compare_cases(student, function, mine, truth, returns="array", hidden=hidden,
+                          rtol=r if rtol is None else rtol, atol=a if atol is None else atol)
+
+
+def _shapes(rng, hidden) -> list[tuple[int, int, str, int]]:
+    """(M, N, dtype, block): visible, a ragged single block, an exact one and a loop; hidden, every edge."""
+    if not hidden:
+        return [(3, 10, "fp32", 16), (2, 64, "fp32", 64), (4, 100, "fp32", 32)]
+    shapes = [(4, 1, "fp32", 1), (4, 7, "fp32", 8), (4, 7, "fp32", 4), (3, 1000, "fp32", 1024), (2, 1000, "fp32", 128),
+              (2, 5000, "fp32", 1024), (1, int(rng.integers(300, 700)), "fp32", 256), (0, 7, "fp32", 8),
+              (1, 1, "fp32", 1)]
+    for dtype in ("fp16", "bf16"):
+        shapes += [(3, 7, dtype, 8), (2, 1000, dtype, 256), (1, 5000, dtype, 1024)]
+    return shapes
+
+
+@check(points=3)
+def layer_norm(student, rng, hidden):
+    """layer_norm matches F.layer_norm: ragged rows, rows longer than a block, float32, float16 and bfloat16."""
+    cases = [_layer_norm_case(_rows(rng, M, N), rng, dtype, block) for M, N, dtype, block in _shapes(rng, hidden)]
+    _compare_by_dtype(student, "layer_norm", cases, _true_layer_norm, hidden)
+
+
+@check(points=1)
+def layer_norm_flat_rows(student, rng, hidden):
+    """Constant rows (variance 0) and rows of variance below eps: eps inside the square root, variance over N."""
+    shapes = [(10, 16)] if not hidden else [(7, 8), (1000, 256)]
+    cases = []
+    for N, block in shapes:
+        constant = np.repeat(rng.uniform(-4, 4, (3, 1)), N, axis=1)
+        z = rng.standard_normal((3, N))
+        z = (z - z.mean(axis=1, keepdims=True)) / z.std(axis=1, keepdims=True)  # spread exactly TINY_STD
+        flat = rng.uniform(-0.1, 0.1, (3, 1)) + TINY_STD * z
+        cases.append(_layer_norm_case(np.concatenate([constant, flat]), rng, "fp32", block))
+    compare_cases(student, "layer_norm", cases, _true_layer_norm, returns="array", hidden=hidden,
+                  rtol=FLAT_TOLERANCE, atol=FLAT_TOLERANCE)
+
+
+@check(points=2)
+def layer_norm_large_mean(student, rng, hidden):
+    """Rows around 1e4 with a spread of 1 in float32: two passes (or Welford) are precise, E[x^2] - E[x]^2 is not."""
+    shapes = [(4, 300, 128)]
+    if hidden:
+        shapes = [(4, 1000, 1024), (2, 5000, 1024), (3, int(rng.integers(1100, 1500)), 512)]
+    cases = [_layer_norm_case(LARGE_MEAN + rng.standard_normal((M, N)), rng, "fp32", block) for M, N, block in shapes]
+    compare_cases(student, "layer_norm", cases, _true_layer_norm, returns="array", hidden=hidden,
+                  rtol=LARGE_MEAN_TOLERANCE, atol=LARGE_MEAN_TOLERANCE)
+
+
+@check(points=2)
+def rms_norm(student, rng, hidden):
+    """rms_norm matches F.rms_norm (no mean subtracted): ragged rows, long rows, a zero row, every dtype."""
+    cases = []
+    for M, N, dtype, block in _shapes(rng, hidden):
+        x = _rows(rng, M, N)
+        if hidden and M > 1:
+            x[0] = 0  # rstd = 1 / sqrt(eps): y = 0, not NaN
+        weight = 1 + 0.5 * rng.standard_normal(N)
+        cases.append({"x": rounded(x, dtype), "weight": rounded(weight, dtype), "eps": 1e-6, "dtype": dtype,
+                      "block": block})
+    _compare_by_dtype(student, "rms_norm", cases, _true_rms_norm, hidden)

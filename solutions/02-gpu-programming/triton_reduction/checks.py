@@ -1,0 +1,172 @@
+"""Checks: vector sum and max over many programs, row sums and maxima, empties.
+
+Expected values come from torch on the CPU in float64, rounded to the data's
+dtype; results are compared within one unit in the last place of that dtype
+(compare.TOLERANCES). Hidden cases cover one element, either side of a block
+(127, 128, 129), ragged lengths, several passes (a vector of 2**14 + 5), rows
+shorter and longer than a block, every dtype, and, for maxima, all-negative
+data, scattered -inf and all -inf: the padding of a masked load must be the
+identity of the operation. Inputs stay small: on a CPU each program runs in
+Triton's interpreter (about half a millisecond).
+"""
+
+import numpy as np
+import torch
+
+from aisys.triton_kernels import reduction as reference  # noqa: F401  the answer key: kept out of the grading kernel
+
+from aisys_grader.checks import check
+from aisys_grader.compare import CheckFailure, assert_close, describe, shown, tolerance
+from aisys_grader.low_precision import TORCH_DTYPES, as_sent
+
+
+DTYPES = tuple(TORCH_DTYPES)
+EDGE_SIZES = (1, 7, 127, 128, 129, 1000)  # one element, either side of the notebook's BLOCK = 128, two passes
+BIG = 2**14 + 5  # three passes of BLOCK = 128: 129 programs, then 2, then 1
+EDGE_SHAPES = ((1, 1), (3, 1000), (4, 127), (4, 128), (2, 129), (5, 7))
+
+
+def _values(rng, shape, kind: str) -> np.ndarray:
+    """'positive': uniform in [0, 1) (a sum without cancellation, so the tolerance is relative to it);
+    'mixed': standard normal; 'negative': all below -1; 'some -inf': mixed with scattered -inf; 'all -inf'."""
+    if kind == "positive":
+        return rng.random(shape)
+    values = rng.standard_normal(shape)
+    if kind == "negative":
+        return -1 - np.abs(values)
+    if kind == "some -inf":
+        values[rng.random(shape) < 0.3] = -np.inf
+    elif kind == "all -inf":
+        values[...] = -np.inf
+    return values
+
+
+def _expected(reduce, x, dtype):
+    """torch's answer in float64, rounded to `dtype` (as float32 for fp16 and bf16, which numpy or the bridge lack)."""
+    result = reduce(torch.from_numpy(np.asarray(x, np.float64))).to(TORCH_DTYPES[dtype])
+    return result.item() if result.ndim == 0 else result.float().numpy()
+
+
+def _compare(student, function, cases, reduce, returns, hidden, hint):
+    """Each case against torch, within its dtype's tolerance; a wrong value gets `hint(got, expected, data)`."""
+    for i, case in enumerate(cases, 1):
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
+        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+        data, dtype = next(iter(case.values())), case["dtype"]
+        expected = _expected(reduce, data, dtype)
+        rtol, atol = tolerance(dtype)
+        try:
+            got = student.call(function, returns=returns, **case)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{label}: {call}: {failure}") from None
+        try:
+            assert_close(got, expected, rtol=rtol, atol=atol)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{label}: {call}: {failure}. {hint(got, expected, data)}") from None
+
+
+def _sum_hint(got, expected, data) -> str:
+    if not np.isfinite(got).all():
+        return ("inf or NaN from finite data: a load read past the end of the data. Mask every load "
+                "(mask=offs < n) and pad with the identity of the operation (other=0.0 for a sum).")
+    if data.ndim == 2:
+        return ("Each program must walk all ceil(n_cols / BLOCK) blocks of its row (range(0, n_cols, BLOCK)), the "
+                "last one partial and masked, starting at a_ptr + row * a.stride(0), the distance between rows.")
+    return ("Every element must reach the result: launch ceil(n / BLOCK) programs, then reduce their partial results "
+            "the same way, pass after pass, until one value is left.")
+
+
+def _max_hint(got, expected, data) -> str:
+    if (np.asarray(got) == 0).any() and (np.asarray(expected) < 0).any():
+        return ("0 where the data are negative: masked lanes hold `other`, and for a maximum it must be -inf, the "
+                "identity of max (other=float('-inf'), and an accumulator that starts at -inf).")
+    return ("Mask every load (mask=offs < n) with other=float('-inf'), and let every element reach the result: "
+            "all blocks of a row, all programs' partial results.")
+
+
+def _vector_cases(rng, hidden, kinds):
+    if not hidden:
+        sizes = [(1000, "fp32", kinds[0]), (300, "fp16", kinds[-1]), (129, "bf16", kinds[0])]
+    else:
+        sizes = [(n, dtype, kinds[int(rng.integers(len(kinds)))]) for n in EDGE_SIZES for dtype in DTYPES]
+        sizes += [(int(rng.integers(2, 3000)), dtype, kind) for dtype in DTYPES for kind in kinds]
+        sizes.append((BIG, "fp32", kinds[-1]))
+    return [{"x": as_sent(_values(rng, n, kind), dtype), "dtype": dtype} for n, dtype, kind in sizes]
+
+
+def _matrix_cases(rng, hidden, kinds):
+    if not hidden:
+        shapes = [((3, 1000), "fp32", kinds[0]), ((5, 129), "fp16", kinds[-1]), ((1, 1), "bf16", kinds[0])]
+    else:
+        shapes = [(shape, dtype, kinds[int(rng.integers(len(kinds)))]) for shape in EDGE_SHAPES for dtype in DTYPES]
+        shapes += [((int(rng.integers(1, 9)), int(rng.integers(2, 2000))), dtype, kind)
+                   for dtype in DTYPES for kind in kinds]
+    cases = []
+    for shape, dtype, kind in shapes:
+        a = _values(rng, shape, kind)
+        if kind != "positive" and shape[0] > 1:
+            a[-1] = -1 - np.abs(rng.standard_normal(shape[1]))  # a row of negative numbers in every matrix for max
+        cases.append({"a": as_sent(a, dtype), "dtype": dtype})
+    return cases
+
+
+MAX_KINDS = ("mixed", "some -inf", "all -inf", "negative")  # 'negative' last: the visible fp16 case
+
+
+@check(points=2)
+def vector_sum(student, rng, hidden):
+    """vector_sum(x, dtype) returns the sum of x rounded to its dtype, for any length and fp32, fp16 and bf16."""
+    _compare(student, "vector_sum", _vector_cases(rng, hidden, ("positive",)), torch.sum, "number", hidden, _sum_hint)
+
+
+@check(points=2)
+def vector_max(student, rng, hidden):
+    """vector_max(x, dtype) returns the largest element, for negative data and -inf entries too."""
+    _compare(student, "vector_max", _vector_cases(rng, hidden, MAX_KINDS), torch.max, "number", hidden, _max_hint)
+
+
+@check(points=2)
+def row_sums(student, rng, hidden):
+    """row_sums(a, dtype) returns the sum of each row, for rows shorter and longer than a block."""
+    cases = _matrix_cases(rng, hidden, ("positive",))
+    _compare(student, "row_sums", cases, lambda a: a.sum(dim=1), "array", hidden, _sum_hint)
+
+
+@check(points=2)
+def row_max(student, rng, hidden):
+    """row_max(a, dtype) returns the largest element of each row, for rows of negative numbers and of -inf too."""
+    cases = _matrix_cases(rng, hidden, MAX_KINDS)
+    _compare(student, "row_max", cases, lambda a: a.amax(dim=1), "array", hidden, _max_hint)
+
+
+def _raises_value_error(student, function, why, **case):
+    call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+    try:
+        value = student.call(function, returns="any", **case)
+    except CheckFailure as failure:
+        if "raised ValueError" in str(failure):
+            return
+        raise CheckFailure(f"{call}: {failure}; it should raise ValueError: {why}") from None
+    raise CheckFailure(f"{call} returned {describe(value)}; it should raise ValueError: {why}")
+
+
+@check(points=1)
+def empty_inputs(student, rng, hidden):
+    """No elements: the sum is 0 (zeros for rows without columns), the maximum raises ValueError."""
+    for dtype in DTYPES if hidden else ("fp32",):
+        empty = as_sent(np.zeros(0), dtype)
+        if (got := student.call("vector_sum", x=empty, dtype=dtype, returns="number")) != 0:
+            raise CheckFailure(f"vector_sum of an empty {dtype} vector returned {shown(got, '!r')}; the sum of no "
+                               "elements is 0")
+        _raises_value_error(student, "vector_max", "the maximum of no elements is undefined", x=empty, dtype=dtype)
+        rows = int(rng.integers(1, 5)) if hidden else 3
+        no_cols = as_sent(np.zeros((rows, 0)), dtype)
+        assert_close(student.call("row_sums", a=no_cols, dtype=dtype, returns="array"), np.zeros(rows, np.float32),
+                     where=f"row_sums of a {dtype} matrix of shape {no_cols.shape}")
+        _raises_value_error(student, "row_max", "the maximum of an empty row is undefined", a=no_cols, dtype=dtype)
+        no_rows = as_sent(np.zeros((0, 4)), dtype)
+        for function in ("row_sums", "row_max"):
+            got = student.call(function, a=no_rows, dtype=dtype, returns="array")
+            if got.shape != (0,):
+                raise CheckFailure(f"{function} of a {dtype} matrix of shape (0, 4) returned an array of shape "
+                                   f"{got.shape}; a matrix without rows has no row results: shape (0,)")

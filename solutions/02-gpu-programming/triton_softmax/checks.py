@@ -1,0 +1,150 @@
+"""Checks: softmax over rows, fused and online, stable at +-1e4 and with -inf.
+
+Expected values come from torch.softmax on the CPU in float64, rounded to the
+data's dtype. float16 and bfloat16 results are compared within one unit in the
+last place of their dtype (compare.TOLERANCES); float32 with rtol 1e-5 and
+atol 1e-7, since a GPU's exp is accurate to a few units in the last place.
+Rows of only -inf must give NaN, as torch does.
+
+Ordinary data (standard normal times 3) never overflows float32 even without
+subtracting the maximum, so the *_stable checks are separate: rows near +1e4
+(exp overflows), near -1e4 (every exp underflows: 0 / 0), uniform in +-1e4,
+scattered -inf, a leading run of -inf longer than a block (the online pass's
+running max is -inf), a single finite entry, and a row of only -inf. Hidden
+shapes cover one element, either side of a power of two (127, 128, 129),
+rows of 1000 and of 5000 in blocks of 128 to 1024, and every dtype. On a CPU
+each program runs in Triton's interpreter: few rows.
+"""
+
+import numpy as np
+import torch
+
+from aisys.triton_kernels import softmax as reference  # noqa: F401  the answer key: kept out of the grading kernel
+
+from aisys_grader.checks import check
+from aisys_grader.compare import CheckFailure, assert_close, describe, tolerance
+from aisys_grader.low_precision import TORCH_DTYPES, as_sent
+
+
+DTYPES = tuple(TORCH_DTYPES)
+# fp32: rtol looser than compare.TOLERANCES (a GPU's exp is approximate), atol tighter (probabilities can be tiny)
+TOLERANCE = {"fp32": (1e-5, 1e-7), "fp16": tolerance("fp16"), "bf16": tolerance("bf16")}
+EDGE_COLS = (1, 7, 127, 128, 129, 1000)
+LARGE = 1e4
+STABLE_KINDS = ("near +1e4", "near -1e4", "uniform +-1e4", "some -inf", "leading -inf", "one finite", "all -inf")
+
+
+def _expected(x, dtype, block=None):
+    """torch.softmax over rows in float64, rounded to `dtype` (as float32: numpy has no bfloat16)."""
+    return torch.softmax(torch.from_numpy(np.asarray(x, np.float64)), dim=1).to(TORCH_DTYPES[dtype]).float().numpy()
+
+
+def _row(rng, cols, kind, block):
+    """One row of `kind`; `block` is the online block (a leading run of -inf covers at least one)."""
+    if kind == "ordinary":
+        return 3 * rng.standard_normal(cols)
+    if kind == "near +1e4":
+        return LARGE + 3 * rng.standard_normal(cols)
+    if kind == "near -1e4":
+        return -LARGE + 3 * rng.standard_normal(cols)
+    if kind == "uniform +-1e4":
+        return rng.uniform(-LARGE, LARGE, cols)
+    row = 3 * rng.standard_normal(cols)
+    if kind == "some -inf":
+        row[rng.random(cols) < 0.3] = -np.inf
+    elif kind == "leading -inf":
+        row[:min(cols - 1, block + int(rng.integers(0, block)))] = -np.inf
+    elif kind == "one finite":
+        row[np.arange(cols) != rng.integers(cols)] = -np.inf
+    elif kind == "all -inf":
+        row[:] = -np.inf
+    return row
+
+
+def _matrix(rng, shape, kinds, block):
+    """A (rows, cols) matrix whose row i is of kinds[i % len(kinds)]."""
+    rows, cols = shape
+    return np.stack([_row(rng, cols, kinds[i % len(kinds)], block) for i in range(rows)]) if rows else np.zeros(shape)
+
+
+def _hint(function, got, expected) -> str:
+    """What the kind of difference between `got` and `expected` usually means."""
+    if got.shape != expected.shape:
+        return "Return an array of x's shape (rows, cols)."
+    if (np.isnan(got) & ~np.isnan(expected)).any():
+        hint = ("NaN where torch gives numbers: subtract the row's maximum before tl.exp (exp(1e4) overflows to inf, "
+                "and near -1e4 every exp underflows to 0, so the division is inf / inf or 0 / 0).")
+        if function == "softmax_online":
+            hint += (" In the online pass, while every entry so far is -inf, m and m_new are both -inf and "
+                     "exp(m - m_new) is NaN, which spoils d for the rest of the row: use a finite stand-in for m_new "
+                     "in the exps then (m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)).")
+        return hint
+    if (np.isnan(expected) & ~np.isnan(got)).any():
+        return ("A row of only -inf has no finite maximum: torch.softmax gives NaN there, and so does exp(x - m) / d "
+                "with m = -inf. A number there means some lane held something else than -inf: pad masked loads "
+                "with other=float('-inf'), never 0.")
+    if function == "softmax_online":
+        return ("When a block raises the running max from m to m_new, the running sum so far was taken against m: "
+                "d = d * exp(m - m_new) + sum(exp(x - m_new)). Mask every load of the last, partial block with "
+                "other=float('-inf').")
+    return ("Lanes past n_cols must load other=float('-inf'): neither the max nor the sum may see them (with 0, each "
+            "adds exp(-m) to the sum). Row `row` starts at x_ptr + row * x.stride(0).")
+
+
+def _compare(student, function, cases, hidden):
+    """Each case against torch, within its dtype's tolerance; a wrong value says what the difference suggests."""
+    for i, case in enumerate(cases, 1):
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
+        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+        expected = _expected(**case)
+        rtol, atol = TOLERANCE[case["dtype"]]
+        try:
+            got = student.call(function, returns="array", **case)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{label}: {call}: {failure}") from None
+        try:
+            assert_close(got, expected, rtol=rtol, atol=atol)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{label}: {call}: {failure}. {_hint(function, got, expected)}") from None
+
+
+def _cases(rng, hidden, kinds, online):
+    """Cases (x, dtype[, block]): visible ones few and fixed; hidden ones over the edges and every dtype."""
+    rows = max(3, len(kinds))  # several rows: each program must find its own; every kind of row in each matrix
+    if not hidden:
+        plan = [((rows, 100), "fp32", 32), ((rows, 1000), "fp16", 128), ((rows, 129), "bf16", 64)]
+    else:
+        plan = [((rows, cols), dtype, int(rng.choice([32, 64, 128]))) for cols in EDGE_COLS for dtype in DTYPES]
+        plan += [((int(rng.integers(1, 5)), int(rng.integers(2, 2000))), dtype, 64) for dtype in DTYPES]
+        plan.append(((2, 5000), "fp32", 1024 if online else 128))
+        plan.append(((1, 1), "fp16", 16))
+        plan += [((0, 5), "fp32", 16), ((3, 0), "bf16", 16)]
+    cases = []
+    for shape, dtype, block in plan:
+        case = {"x": as_sent(_matrix(rng, shape, kinds, block), dtype), "dtype": dtype}
+        cases.append(dict(case, block=block) if online else case)
+    return cases
+
+
+@check(points=2)
+def softmax_rows(student, rng, hidden):
+    """softmax_rows(x, dtype) matches torch.softmax over rows, for ragged row lengths, empties and every dtype."""
+    _compare(student, "softmax_rows", _cases(rng, hidden, ("ordinary",), online=False), hidden)
+
+
+@check(points=2)
+def softmax_rows_stable(student, rng, hidden):
+    """softmax_rows stays right at +-1e4 and with -inf entries; a row of only -inf gives NaN, as torch."""
+    _compare(student, "softmax_rows", _cases(rng, hidden, STABLE_KINDS, online=False), hidden)
+
+
+@check(points=3)
+def softmax_online(student, rng, hidden):
+    """softmax_online(x, block, dtype) matches torch.softmax on rows of many blocks (and of one)."""
+    _compare(student, "softmax_online", _cases(rng, hidden, ("ordinary",), online=True), hidden)
+
+
+@check(points=2)
+def softmax_online_stable(student, rng, hidden):
+    """softmax_online stays right at +-1e4, with -inf entries and with a leading run of -inf longer than a block."""
+    _compare(student, "softmax_online", _cases(rng, hidden, STABLE_KINDS, online=True), hidden)

@@ -1,0 +1,128 @@
+"""Checks: the FlashAttention-2 forward kernel, out and log-sum-exp.
+
+Expected values are softmax attention computed plainly in float64 on the CPU from the inputs
+as the student receives them (rounded to their dtype): every score, the bottom-right causal
+mask, out and the natural log-sum-exp of each row. On a CPU the kernel runs in Triton's
+interpreter on float32 with the launcher's 16 x 16 blocks: head sizes 16 and 32, lengths on
+both sides of a block (1, 15, 16, 17, 40), Tq < Tk (decode and chunks) when causal, and scores
+near +-1000 where exp overflows float32. A GPU-only check (skipped elsewhere) runs bfloat16 and
+float16 at head sizes 64 and 128, Tq == Tk, against the same float64 truth, within the error
+torch's own scaled_dot_product_attention makes in that dtype.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from aisys_grader.checks import check, require_gpu
+from aisys_grader.compare import CheckFailure, assert_close, describe
+from aisys_grader.low_precision import as_sent
+
+
+TOLERANCE = {"fp32": (1e-4, 1e-5), "fp16": (0.0, 2e-3), "bf16": (0.0, 2e-2)}  # out; lse is compared with rtol 1e-4
+LARGE = 1000.0
+LARGE_TOLERANCE = (2e-3, 2e-3)  # scores ~1e3 in float32 are rounded by ~1e-4, and p = exp2(s - m) with them
+
+
+def _truth(q, k, v, causal):
+    """[out, lse] in float64 for (B, nh, T, hs) arrays, every score computed, causal bottom-right."""
+    q, k, v = (torch.from_numpy(np.asarray(x, np.float64)) for x in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        t_q, t_k = q.shape[2], k.shape[2]
+        scores = scores.masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q), float("-inf"))
+    return [(torch.softmax(scores, -1) @ v).numpy(), torch.logsumexp(scores, -1).numpy()]
+
+
+def _case(rng, batch, heads, t_q, t_k, hs, causal, dtype, large=False):
+    q, k, v = rng.standard_normal((batch, heads, t_q, hs)), *(rng.standard_normal((batch, heads, t_k, hs))
+                                                               for _ in range(2))
+    if large:
+        q *= LARGE
+        q[:, :, 0] = k[:, :, 0] * (2 * LARGE * math.sqrt(hs) / (k[:, :, 0] ** 2).sum(-1, keepdims=True))  # a 2000
+    return {"q": as_sent(q, dtype), "k": as_sent(k, dtype), "v": as_sent(v, dtype), "causal": causal, "dtype": dtype}
+
+
+def _hint(case, got, expected):
+    if not (isinstance(got, list) and len(got) == 2):
+        return "The launcher returns [out, lse]: keep it as provided."
+    out, lse = got
+    if not np.isfinite(out).all():
+        return ("inf or NaN: subtract the running max before exp2 (exp overflows float32 past 88.7), and mask the "
+                "scores of keys past T_K and (causal) after the query with -inf, never a row with no key at all.")
+    rtol, atol = TOLERANCE[case["dtype"]]
+    if np.allclose(out, expected[0], rtol=rtol, atol=atol):
+        return ("out is right, lse is not: store the natural log-sum-exp (m_i + log2(l_i)) * ln 2; m_i and the "
+                "scores are in base-2 units.")
+    if case["causal"]:
+        return ("Causal: query row r sits at position T_K - T_Q + r and sees key n iff n <= T_K - T_Q + r. Also "
+                "rescale acc by alpha = exp2(m_i - m_new) before adding p @ v.")
+    return ("When a block raises the row's max, rescale l_i AND acc by alpha = exp2(m_i - m_new); keys past T_K must "
+            "score -inf (a masked load gives 0, which exp2 turns into a weight).")
+
+
+def _compare(student, cases, hidden, large=False):
+    for i, case in enumerate(cases, 1):
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
+        where = f"{label}: flash_attention({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+        expected = _truth(case["q"], case["k"], case["v"], case["causal"])
+        try:
+            got = student.call("flash_attention", returns="list", **case)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{where}: {failure}") from None
+        rtol, atol = LARGE_TOLERANCE if large else TOLERANCE[case["dtype"]]
+        try:
+            if len(got) != 2:
+                raise CheckFailure(f"result: expected [out, lse], got a list of {len(got)}")
+            assert_close(got[0], expected[0], rtol=rtol, atol=atol, where="out")
+            assert_close(got[1], expected[1], rtol=1e-4, atol=1e-4 if case["dtype"] == "fp32" else 2e-2, where="lse")
+        except CheckFailure as failure:
+            raise CheckFailure(f"{where}: {failure}. {_hint(case, got, expected)}") from None
+
+
+@check(points=3)
+def flash_forward(student, rng, hidden):
+    """The kernel equals softmax attention (out and lse), not causal, on lengths on both sides of a block."""
+    if not hidden:
+        plan = [(1, 2, 40, 40, 16), (2, 1, 16, 33, 32)]
+    else:
+        plan = [(1, 1, 1, 1, 16), (1, 2, 15, 17, 16), (2, 1, 16, 16, 32), (1, 1, 33, 7, 16),
+                (1, 2, int(rng.integers(2, 60)), int(rng.integers(2, 60)), 32)]
+    _compare(student, [_case(rng, *p, False, "fp32") for p in plan], hidden)
+
+
+@check(points=3)
+def flash_forward_causal(student, rng, hidden):
+    """The kernel equals causal softmax attention, bottom-right: prefill (Tq == Tk), a decode step and chunks."""
+    if not hidden:
+        plan = [(1, 2, 40, 40, 16), (1, 2, 1, 23, 16), (1, 1, 10, 37, 32)]
+    else:
+        plan = [(1, 1, 1, 1, 16), (2, 1, 17, 17, 16), (1, 2, 16, 16, 32), (1, 1, 1, 50, 32), (1, 2, 20, 35, 16)]
+        t_q = int(rng.integers(2, 50))
+        plan.append((1, 1, t_q, t_q + int(rng.integers(0, 30)), 16))
+    _compare(student, [_case(rng, *p, True, "fp32") for p in plan], hidden)
+
+
+@check(points=2)
+def flash_forward_large_logits(student, rng, hidden):
+    """The kernel stays finite and right with scores near +-1000 (exp overflows float32 past 88.7), causal or not."""
+    if not hidden:
+        plan = [(1, 2, 32, 32, 16, True), (1, 1, 16, 32, 16, False)]
+    else:
+        plan = [(1, 1, 1, 1, 16, True), (1, 2, 48, 48, 32, True), (2, 1, 16, 16, 16, False),
+                (1, 1, 20, 37, 16, True)]
+    _compare(student, [_case(rng, *p, "fp32", large=True) for p in plan], hidden, large=True)
+
+
+@check(points=2)
+def flash_forward_gpu(student, rng, hidden):
+    """On a GPU: bfloat16 and float16, head sizes 64 and 128, causal and not, within SDPA's own error (needs a GPU)."""
+    require_gpu()
+    if not hidden:
+        plan = [(1, 2, 256, 256, 64, True, "bf16"), (1, 2, 300, 300, 128, False, "fp16")]
+    else:
+        plan = [(2, 4, 1000, 1000, 128, True, "bf16"), (1, 2, 1, 1, 64, True, "fp16"),
+                (1, 2, 129, 129, 64, False, "bf16"), (1, 4, 513, 513, 128, True, "fp16"),
+                (1, 2, 64, 700, 128, False, "bf16")]
+    _compare(student, [_case(rng, *p) for p in plan], hidden)
