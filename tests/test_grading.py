@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 import zipfile
@@ -55,10 +56,19 @@ def jobs_in(folder: Path):
 
 
 def make_course(folder: Path, assignment: str = "01-architecture") -> Path:
-    course = folder / "course"
+    """A course like the repository's: autograder/ in a git checkout of its own, with the repository's .gitignore."""
+    course = folder / "checkout" / "autograder"
     shutil.copytree(ROOT / "autograder" / "source" / assignment, course / "source" / assignment)
     shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
+    shutil.copy(ROOT / ".gitignore", course.parent)
+    git(course.parent, "init", "-q")
+    git(course.parent, "add", "-A")
+    git(course.parent, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "course")
     return course
+
+
+def git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, text=True).stdout
 
 
 def submit(folder: Path, cases: dict) -> Path:
@@ -144,6 +154,15 @@ def test_feedback_never_shows_hidden_checks(adversarial):
         page = (course / "feedback" / student / "01-architecture" / "roofline.html").read_text()
         assert "hidden=True" not in page and "BEGIN HIDDEN" not in page
         assert not [line for line in secret_lines if line in page]
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_grading_leaves_nothing_for_git_to_pick_up(adversarial):
+    """Notebooks, results, seeds and feedback of students are runtime output: .gitignore keeps them out of commits."""
+    course = adversarial[0]
+    assert (course / "aisys_results").is_dir() and (course / "gradebook.db").is_file()
+    assert git(course.parent, "status", "--porcelain", "--untracked-files=all") == ""
 
 
 @needs_sandbox

@@ -12,6 +12,13 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     generate_parser = commands.add_parser("generate", help="regenerate exercises/ and autograder/source/ from solutions/")
     generate_parser.add_argument("exercises", nargs="*", help="only these, as <chapter>/<name> (default: all)")
+    new_parser = commands.add_parser(
+        "new", help="start a new exercise: solutions/<chapter>/<name>/ from a template, listed in the book",
+        description="Create solutions/<chapter>/<name>/ (notebook.py, checks.py, wrong_answers.toml, spec.toml) "
+                    "from a template that passes its own tests, and list it in book/_toc.yml under its chapter. "
+                    "Then write the reference in src/aisys/, the book page, and run `make exercises`.")
+    new_parser.add_argument("exercise", help="<NN-chapter>/<name>, e.g. 08-quantization/int8_matmul")
+    new_parser.add_argument("--title", required=True, help='the notebook\'s heading, "Exercise: <title>"')
     grade = commands.add_parser(
         "grade", help="grade a folder or zip of submissions (sandboxed, in parallel)",
         description="Grade a folder or zip of submissions (sandboxed, in parallel) into the gradebook, grades.csv "
@@ -43,6 +50,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"aisys-grader: error: {error}\n")
         for path in written:
             print(path.relative_to(repository()))
+    elif args.command == "new":
+        from .generate import repository
+        from .scaffold import new
+
+        try:
+            written = new(args.exercise, args.title, toc=repository() / "book" / "_toc.yml")
+        except ValueError as error:
+            parser.exit(2, f"aisys-grader: error: {error}\n")
+        for path in written:
+            print(f"wrote {path.relative_to(repository())}")
+        print("next: the reference in src/aisys/ (named in spec.toml), the book page (spec.toml's page), "
+              "then `make exercises` and `make test`")
     elif args.command == "grade":
         from .autograde import needs_gpu_message
         from .course import grade as grade_class

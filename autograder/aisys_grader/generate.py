@@ -86,15 +86,15 @@ def _write(notebook, path: Path) -> Path:
     return path
 
 
-def generate(out: Path | None = None, only: list[str] | None = None) -> list[Path]:
-    """Write the nbgrader source and student notebook of every exercise of the course (or of those in `only`, as
-    '<chapter>/<name>') under `out` (default: the repository)."""
+def generate(out: Path | None = None, only: list[str] | None = None, root: Path | None = None) -> list[Path]:
+    """Write the nbgrader source and student notebook of every exercise in `root` (default: the course), or of
+    those in `only` (as '<chapter>/<name>'), under `out` (default: the repository)."""
     out = repository() if out is None else Path(out)
-    exercises = exercise_ids()
+    exercises = exercise_ids(root)
     unknown = sorted(set(only or ()) - set(exercises))
     if unknown:
         raise ValueError(f"only: no exercise {', '.join(unknown)}; exercises are '<chapter>/<name>' with a source "
-                         f"folder in {course_root()}, e.g. {exercises[0]}")
+                         f"folder in {root or course_root()}, e.g. {', '.join(exercises[:3]) or 'none'}")
     exercises = [e for e in exercises if only is None or e in only]
     written = []
     with tempfile.TemporaryDirectory() as scratch:
