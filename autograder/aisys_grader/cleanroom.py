@@ -54,6 +54,7 @@ SOURCE_LIMIT = 2**22  # characters of cell source in one request (4 MiB)
 PACKAGE = Path(__file__).resolve().parent
 ROOM_CODE = {"__init__.py": PACKAGE / "shim.py", **{name: PACKAGE / name for name in ("cleanroom.py", "grammar.py",
                                                                                         "plain.py")}}
+ROOM_MODULES = ("aisys.simt", "aisys.collectives.launch", "aisys.collectives.traffic")  # what _preload loads
 ANNOTATIONS = __future__.annotations.compiler_flag  # annotations are kept as text: `Optional[...]` needs no typing
 
 
@@ -233,15 +234,18 @@ def _cases_on_one_rank(target, cases: list, backend: str, why: dict[str, str]) -
 
 class SandboxedRoom:
     """The clean room when grading one notebook: a sandboxed process of its own (`main`), started at the first call
-    and again after any call it failed to answer, which sees a copy of aisys without the exercise's reference
-    modules and nothing of the student's kernel. Each call runs in a fresh process. Use as a context manager:
-    the room, if it was started, ends on exit."""
+    and again after any call it failed to answer, which sees nothing of the student's kernel and, of aisys, only
+    the modules of `allowed` (the exercise's student_may_import), those its dialects run (ROOM_MODULES) and what
+    they import, never one of `reference` (boundary.closure). Each call runs in a fresh process. Use as a context
+    manager: the room, if it was started, ends on exit."""
 
     STARTUP = 60.0  # seconds a room may take to load numpy, torch and aisys, before the call's own limit starts
     GRACE = 10.0  # seconds past a call's limit the grader waits for the room to say so itself
 
-    def __init__(self, sandbox, hidden_modules=frozenset()):
-        self.sandbox, self.hidden_modules = sandbox, set(hidden_modules)
+    def __init__(self, sandbox, allowed=(), reference=()):
+        from .boundary import closure  # the grader's side only: the room's own copy holds no boundary.py
+
+        self.sandbox, self.modules = sandbox, closure([*allowed, *ROOM_MODULES], reference)
         self.job = None
         self.notes: list[str] = []  # what went wrong on the host side (job.Job.notes)
 
@@ -263,7 +267,7 @@ class SandboxedRoom:
         from .job import Job
 
         if self.job is None:
-            self.job = Job(self.sandbox, code=ROOM_CODE, hidden_modules=self.hidden_modules).__enter__()
+            self.job = Job(self.sandbox, code=ROOM_CODE, modules=self.modules).__enter__()
             self.job.start([sys.executable, "-m", "aisys_grader.cleanroom"], self.job.python_environment(),
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         return self.job.process

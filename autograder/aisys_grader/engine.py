@@ -212,8 +212,9 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
     else:
         notes = _intake_note(submission)
     try:
-        hidden = set(find(exercise).spec.reference)
-        with SandboxedKernel(sandbox, hidden) as kernel, SandboxedRoom(sandbox, hidden) as room:
+        spec = find(exercise).spec  # of aisys, kernel and room hold only what students may import: boundary.py
+        with SandboxedKernel(sandbox, spec.student_may_import, spec.reference) as kernel, \
+                SandboxedRoom(sandbox, spec.student_may_import, spec.reference) as room:
             budget = Budget(kernel, timeouts.notebook, timeouts.wall_factor)
             student = KernelStudent(kernel, call_timeout=timeouts.call, budget=budget, exercise=exercise, room=room)
             exposed = False  # whether hidden data has reached the student's code: from then on, nothing it says

@@ -196,7 +196,7 @@ def _is_definition(statement: ast.stmt) -> bool:
 def read(sources: list[str], dialect: Dialect, modules=()) -> list[Definition]:
     """The definitions of cells run in order: each either to run, or refused saying why.
 
-    `modules` adds importable modules (an exercise's spec, clean_room); their names are usable
+    `modules` adds importable modules (an exercise's `clean_room`); their names are usable
     only where the dialect's paths list them. A cell that does not parse binds nothing.
     """
     allowed = dialect.modules | set(modules)

@@ -1,15 +1,17 @@
 """One sandboxed process tree on the host: its folders, cgroups and user, how it starts, how it ends.
 
-    with Job(sandbox, code={"__init__.py": shim}, hidden_modules={"aisys.roofline"}, ipc=True) as job:
+    modules = boundary.closure(spec.student_may_import, spec.reference)  # what of aisys the job holds
+    with Job(sandbox, code={"__init__.py": shim}, modules=modules, ipc=True) as job:
         process = job.start([python, "-m", ...], env)
         ...
         job.cpu_seconds()      # every process of the job, from its cgroup (None where there is none)
 
-The host side holds only what the grader puts there: `shim/` (the part of aisys_grader and aisys
-the sandbox may import, read-only inside) and, for a kernel, `ipc/` (its connection file and ZMQ
-sockets, the one place both sides see). Under root the job's user owns `ipc/` only until the
-kernel has bound its sockets (`lock_ipc`). Whatever the student writes lives in the sandbox's own
-scratch tmpfs and goes with it; the folders here are removed without recursion and within bounds.
+The host side holds only what the grader puts there: `shim/` (the part of aisys_grader the sandbox
+needs and, of aisys, exactly the modules `modules` names: default deny, see boundary.py; read-only
+inside) and, for a kernel, `ipc/` (its connection file and ZMQ sockets, the one place both sides see).
+Under root the job's user owns `ipc/` only until the kernel has bound its sockets (`lock_ipc`).
+Whatever the student writes lives in the sandbox's own scratch tmpfs and goes with it; the folders
+here are removed without recursion and within bounds.
 """
 
 import collections
@@ -24,8 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-import aisys
-
+from . import boundary
 from .cgroups import Cgroups
 from .sandbox import Sandbox
 
@@ -37,10 +38,11 @@ REMOVE_LIMIT = 100_000  # entries removed from a job's folders at most; more is 
 
 
 class Job:
-    """Start with `with Job(...) as job:`; everything in the sandbox dies, and the folders go, on exit."""
+    """Start with `with Job(...) as job:`; everything in the sandbox dies, and the folders go, on exit. `code`: the
+    aisys_grader files of the shim, by name; `modules`: the aisys modules it holds (`boundary.closure`)."""
 
-    def __init__(self, sandbox: Sandbox, *, code: dict[str, Path], hidden_modules=frozenset(), ipc: bool = False):
-        self.sandbox, self.code, self.hidden_modules, self.wants_ipc = sandbox, code, hidden_modules, ipc
+    def __init__(self, sandbox: Sandbox, *, code: dict[str, Path], modules=frozenset(), ipc: bool = False):
+        self.sandbox, self.code, self.modules, self.wants_ipc = sandbox, code, frozenset(modules), ipc
         self.process: subprocess.Popen | None = None
         self.cgroups: Cgroups | None = None
         self.uid = sandbox.job_uid()
@@ -57,7 +59,7 @@ class Job:
         package.mkdir(parents=True)
         for name, source in self.code.items():
             shutil.copy(source, package / name)
-        _copy_aisys(self.shim / "aisys", self.hidden_modules)
+        _copy_aisys(self.shim / "aisys", self.modules)
         self.ipc = self.root / "ipc" if self.wants_ipc else None
         if self.ipc is not None:
             self.ipc.mkdir()
@@ -252,13 +254,11 @@ def _processes_in(namespace: str) -> list[int]:
     return pids
 
 
-def _copy_aisys(target: Path, hidden_modules) -> None:
-    """aisys without `hidden_modules` (dotted names): the references a student could otherwise just call."""
-    source = Path(aisys.__file__).resolve().parent
-    hidden = {source.joinpath(*name.split(".")[1:]) for name in hidden_modules}
-
-    def ignore(folder, names):
-        return [n for n in names if n == "__pycache__" or Path(folder, n).with_suffix("") in hidden
-                or Path(folder, n) in hidden]
-
-    shutil.copytree(source, target, ignore=ignore)
+def _copy_aisys(target: Path, modules) -> None:
+    """Of aisys, `aisys/__init__.py` and the files of `modules` (dotted names), exactly: default deny. `modules` is
+    a `boundary.closure`, which holds the packages on the way to each module and what each imports."""
+    for module in {"aisys", *modules}:
+        source = boundary.source_file(module)
+        copy = target / source.relative_to(boundary.SOURCE)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, copy)

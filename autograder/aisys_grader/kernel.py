@@ -26,7 +26,7 @@ import zmq
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from . import bridge, cleanroom
+from . import boundary, bridge, cleanroom
 from .compare import CheckFailure
 from .job import Job
 from .sandbox import Sandbox
@@ -52,11 +52,13 @@ class Execution:
 
 
 class SandboxedKernel:
-    """Start with `with SandboxedKernel(sandbox) as kernel:`; everything in the sandbox dies on exit."""
+    """Start with `with SandboxedKernel(sandbox) as kernel:`; everything in the sandbox dies on exit. Of aisys,
+    the kernel holds only the modules of `allowed` and what they import, never one of `reference`
+    (boundary.closure: a ValueError here where they cannot be separated); the bridge needs none."""
 
-    def __init__(self, sandbox: Sandbox, hidden_modules: set[str] = frozenset(), startup_timeout: float = 60):
+    def __init__(self, sandbox: Sandbox, allowed=(), reference=(), startup_timeout: float = 60):
         self.sandbox = sandbox
-        self.job = Job(sandbox, code=KERNEL_CODE, hidden_modules=hidden_modules, ipc=True)
+        self.job = Job(sandbox, code=KERNEL_CODE, modules=boundary.closure(allowed, reference), ipc=True)
         self.startup_timeout = startup_timeout
         self.client: BlockingKernelClient | None = None
         self.context: zmq.Context | None = None

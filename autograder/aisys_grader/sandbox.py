@@ -9,7 +9,8 @@ What is enforced, and how:
   and nested user namespaces are disabled. The launcher refuses to start the program unless
   /proc/self/status shows no capability, a non-zero uid and no_new_privs;
 - a filesystem made of read-only binds of the system and the Python installation, a copy of
-  `aisys` without the exercise's references, and writable space only in a private scratch
+  the part of `aisys` the exercise lets students import (default deny: boundary.py; never a
+  reference), and writable space only in a private scratch
   (home, /tmp, /dev/shm) of bounded size and, under root, bounded file count. It is a tmpfs in
   the sandbox's own mount namespace: it vanishes with the sandbox, so nothing a student writes
   is left on the host to clean up. solutions/, the hidden checks, the gradebook and other
