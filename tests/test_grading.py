@@ -138,7 +138,7 @@ def test_gradebook_records_seed_sandbox_and_what_went_wrong(adversarial):
 @pytest.mark.slow
 def test_feedback_never_shows_hidden_checks(adversarial):
     course, rows, _ = adversarial
-    check_source = (ROOT / "autograder" / "aisys_grader" / "exercises" / "ch01_architecture" / "roofline.py").read_text()
+    check_source = (ROOT / "solutions" / "01-architecture" / "roofline" / "checks.py").read_text()
     secret_lines = [line.strip() for line in check_source.splitlines() if len(line.strip()) > 30]
     for student in rows:
         page = (course / "feedback" / student / "01-architecture" / "roofline.html").read_text()

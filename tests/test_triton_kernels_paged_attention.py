@@ -44,8 +44,8 @@ def paged_case(context_lens, *, block_size=16, n_heads=4, n_kv_heads=2, head_siz
 
 
 def run_kernel(q, k, v, tables, lens, dtype=torch.float32, **kwargs):
-    to = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE)  # noqa: E731
-    return paged_attention_decode(to(q).to(dtype), to(k).to(dtype), to(v).to(dtype), to(tables), to(lens), **kwargs)
+    q, k, v, tables, lens = (torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE) for x in (q, k, v, tables, lens))
+    return paged_attention_decode(q.to(dtype), k.to(dtype), v.to(dtype), tables, lens, **kwargs)
 
 
 def assert_matches_reference(case, dtype=torch.float32, scale=None, **kwargs):

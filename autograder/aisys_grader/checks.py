@@ -37,7 +37,8 @@ class Check:
 
     @property
     def description(self) -> str:
-        return (self.function.__doc__ or self.name).strip().splitlines()[0]
+        """The docstring's first paragraph, on one line (a long one wraps in the source)."""
+        return " ".join((self.function.__doc__ or self.name).strip().split("\n\n")[0].split())
 
 
 @dataclass(frozen=True)

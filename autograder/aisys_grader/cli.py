@@ -10,7 +10,8 @@ MAX_STATUS = 125  # exit statuses from 126 up mean "cannot run", "not found" and
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aisys-grader", description="Exercise notebooks and grading for aisys.")
     commands = parser.add_subparsers(dest="command", required=True)
-    generate_parser = commands.add_parser("generate", help="regenerate exercises/ and autograder/source/ from solutions/")
+    generate_parser = commands.add_parser("generate",
+                                          help="regenerate exercises/ and autograder/source/ from solutions/")
     generate_parser.add_argument("exercises", nargs="*", help="only these, as <chapter>/<name> (default: all)")
     grade = commands.add_parser(
         "grade", help="grade a folder or zip of submissions (sandboxed, in parallel)",
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--force", action="store_true", help="grade again even what has not changed")
     grade.add_argument("--seed", type=int, default=None,
                        help="the assignment's secret seed (default: drawn once and kept in the gradebook)")
-    grade.add_argument("--csv", type=Path, default=None, help="where to write the grades (default: <course>/grades.csv)")
+    grade.add_argument("--csv", type=Path, default=None,
+                       help="where to write the grades (default: <course>/grades.csv)")
     grade.add_argument("--unsandboxed", action="store_true",
                        help="grade without bubblewrap: submissions can then read the checks and fake their grades")
     args = parser.parse_args(argv)

@@ -177,7 +177,8 @@ def _passed(name: str) -> list:
 
 
 def _failed(message: str) -> list:
-    return [nbformat.v4.new_output("error", ename="CheckFailure", evalue=message, traceback=[f"CheckFailure: {message}"])]
+    return [nbformat.v4.new_output("error", ename="CheckFailure", evalue=message,
+                                   traceback=[f"CheckFailure: {message}"])]
 
 
 def _skipped(name: str, message: str) -> list:

@@ -123,7 +123,8 @@ def tracks(found: list[Finding]) -> list[Finding]:
     gloo, nccl = _distributed()
     return [
         Finding("reference code and CPU exercises", True, "numpy and torch on the CPU"),
-        Finding("Triton kernels", has["Triton"], "compiled on the GPU" if gpu else "in the interpreter (slow, small sizes)"),
+        Finding("Triton kernels", has["Triton"],
+                "compiled on the GPU" if gpu else "in the interpreter (slow, small sizes)"),
         Finding("thread-level CUDA kernels (numba's dialect)", True,
                 "on the GPU through numba-cuda" if gpu and _version("numba-cuda") else
                 "in the aisys SIMT simulator (reports coalescing, bank conflicts, divergence, races)"),

@@ -49,15 +49,15 @@ from aisys import device
 
 device.use_triton_interpreter()  # before triton is imported: on a CPU, Triton runs in its interpreter
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from aisys import roofline  # noqa: E402
-from aisys.dtypes import bytes_per_element  # noqa: E402
-from aisys.hardware import chip  # noqa: E402
-from aisys_grader import checker  # noqa: E402
+from aisys import roofline
+from aisys.dtypes import bytes_per_element
+from aisys.hardware import chip
+from aisys_grader import checker
 
 check = checker("02-gpu-programming/triton_fused", globals())
 

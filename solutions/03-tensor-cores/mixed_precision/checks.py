@@ -246,7 +246,10 @@ SPECIAL_DOTS = [  # (a, b, storage, accumulate, order, what it shows)
 def _dot_hint(case: dict, got: float) -> str:
     """Which slip would give `got`, tried one by one with the reference."""
     a, b, storage, accumulate, order = (case[k] for k in ("a", "b", "storage", "accumulate", "order"))
-    same = lambda value: value == got or (math.isnan(value) and math.isnan(got))  # noqa: E731
+
+    def same(value) -> bool:
+        return value == got or (math.isnan(value) and math.isnan(got))
+
     exact = math.fsum(np.asarray(reference.round_to(a.astype(np.float64), storage))
                       * reference.round_to(b.astype(np.float64), storage))
     if accumulate != "fp32" and (same(reference.dot(a, b, storage, "fp32", order))

@@ -119,7 +119,8 @@ def _hint(got: list, expected: list, policy: str) -> str:
     if expected_preempted:
         return ("The preemptions match but the times do not: a preempted request, readmitted, must prefill its prompt "
                 "and every token it had generated (its cache was freed), and that prefill emits its next token; "
-                f"every token is stamped with the clock at the end of its step. If those are right, look at {admission}.")
+                "every token is stamped with the clock at the end of its step. If those are right, look at "
+                f"{admission}.")
     if any(g["first_token"] != e["first_token"] for g, e in zip(got, expected)):
         return ("A first token came out at the wrong time: a request that has arrived by the end of a step can be "
                 "admitted into the next one (no waiting for the batch to finish), in queue order, while fewer than "

@@ -76,7 +76,8 @@ def _state_hint(case, got, expected):
 
 @check(points=1)
 def tile_state(student, rng, hidden):
-    """tile_state(scores, v) gives each row's max, sum of exp(s - max) and weighted sum of v; (-inf, 0, 0) if all -inf."""
+    """tile_state(scores, v) gives each row's max, sum of exp(s - max) and weighted sum of v; (-inf, 0, 0) if all
+    -inf."""
     if not hidden:
         plan = [(3, 4, 2, np.float64, 3.0, 0.0, ()), (3, 3, 3, np.float32, 1000.0, 0.3, (2,))]
     else:
@@ -97,7 +98,7 @@ def tile_state(student, rng, hidden):
 def _state(rng, rows, hs, dtype, magnitude, empty):
     """A plausible state: m anywhere, l >= 1 (the max's own term), acc of matching size; (-inf, 0, 0) where empty."""
     m = magnitude * rng.standard_normal(rows)
-    l = 1.0 + 5 * rng.random(rows)  # noqa: E741
+    l = 1.0 + 5 * rng.random(rows)
     acc = l[:, None] * rng.standard_normal((rows, hs))
     empty = np.asarray(empty, bool)
     m[empty], l[empty], acc[empty] = -np.inf, 0.0, 0.0

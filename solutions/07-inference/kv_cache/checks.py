@@ -249,7 +249,8 @@ def decode_step(student, rng, hidden):
 
 @check(points=2)
 def uses_the_cache(student, rng, hidden):
-    """Prefill runs the prompt through each layer in one pass; a decode step runs one token, never the sequence again."""
+    """Prefill runs the prompt through each layer in one pass; a decode step runs one token, never the sequence
+    again."""
     cases = _decoder_cases(rng, hidden, decode=True)
     cases = cases[:1] if not hidden else cases[:5]  # the counts do not depend on the values: a few cases suffice
     layers = model.TINY.n_layers

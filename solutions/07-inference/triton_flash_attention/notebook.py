@@ -57,10 +57,10 @@ from aisys import device
 
 device.use_triton_interpreter()  # before triton is imported: on a CPU, Triton runs in its interpreter
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from aisys_grader import checker  # noqa: E402
+import torch
+import triton
+import triton.language as tl
+from aisys_grader import checker
 
 check = checker("07-inference/triton_flash_attention", globals())
 
