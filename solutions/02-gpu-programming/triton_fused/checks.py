@@ -13,10 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from aisys.triton_kernels import fused as reference
+from aisys.tensors import TORCH_DTYPES
 
 from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import tolerance
-from aisys_grader.low_precision import TORCH_DTYPES, rounded
+from aisys_grader.low_precision import rounded
 
 
 def _case(rng, M, N, dtype) -> dict:

@@ -16,9 +16,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from aisys.tensors import TORCH_DTYPES
+
 from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import tolerance
-from aisys_grader.low_precision import TORCH_DTYPES, rounded
+from aisys_grader.low_precision import rounded
 
 
 EPS = 1e-5

@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 from aisys.triton_kernels import softmax as reference  # noqa: F401  the answer key: kept out of the grading kernel
+from aisys.tensors import TORCH_DTYPES
 
 from aisys_grader.checks import check
 from aisys_grader.compare import CheckFailure, assert_close, describe, tolerance
-from aisys_grader.low_precision import TORCH_DTYPES, as_sent
+from aisys_grader.low_precision import as_sent
 
 
 DTYPES = tuple(TORCH_DTYPES)

@@ -16,7 +16,7 @@ is 0.63 of the tolerance (bfloat16's truncation). A float16 sum past 65504 is
 inf: `matmul_fp32_accumulator` has long K on positive data and such sums.
 
 Every matrix lies at the start of a buffer whose tail holds the dtype's
-largest number (the notebook's to_device), so a missing mask on K shows.
+largest number (aisys.tensors.to_device), so a missing mask on K shows.
 A missing mask on M or N at the loads cannot show in the result: those rows and
 columns only feed elements that the masked store drops.
 """
@@ -26,10 +26,11 @@ import torch
 
 from aisys.gemm_tiling import H100_SHARED_MEMORY_PER_BLOCK, block_order
 from aisys.triton_kernels import matmul as reference  # noqa: F401  the answer key: kept out of the grading kernel
+from aisys.tensors import TORCH_DTYPES
 
 from aisys_grader.checks import check
 from aisys_grader.compare import CheckFailure, assert_close, describe, shown, unredacted
-from aisys_grader.low_precision import TORCH_DTYPES, as_sent
+from aisys_grader.low_precision import as_sent
 
 
 DTYPES = ("fp16", "bf16")
