@@ -44,7 +44,7 @@ def transpose(student, rng, hidden):
         shapes += [tuple(int(s) for s in rng.integers(1, 80, size=2)) for _ in range(2)]
     cases = [{"a": _matrix(rng, shape, dtype)} for shape in shapes for dtype in (np.float32, np.int32)
              if not (hidden and shape == (257, 129) and dtype == np.int32)]  # the large one once
-    compare_cases(student, "transpose", cases, _truth, returns="array", hidden=hidden, rtol=0, atol=0)  # moves bits
+    compare_cases(student, "transpose", cases, _truth, returns="array", hidden=hidden, tolerance=(0, 0))  # moves bits
 
 
 @cache
