@@ -43,8 +43,11 @@ class Check:
 
 @dataclass(frozen=True)
 class Result:
+    """What a check found: passed, failed (the message says how), or skipped (it cannot run here). `run` gives one
+    run's; the grading engine keeps one per check for its visible then hidden runs (engine._run_check)."""
+
     check: Check
-    hidden: bool
+    hidden: bool  # whether the cases judged were hidden ones: hidden data then reached the student's code
     passed: bool
     message: str
     skipped: bool = False  # the check could not run here (it needs a GPU): neither passed nor failed
@@ -60,6 +63,11 @@ class Result:
     @property
     def score(self) -> float:
         return self.check.points if self.passed else 0.0
+
+    def record(self) -> dict:
+        """The result as a grade report keeps it (plain data: the check by its name and points)."""
+        return {"name": self.check.name, "points": self.check.points, "passed": self.passed, "message": self.message,
+                "skipped": self.skipped}
 
 
 _REGISTRY: dict[str, dict[str, Check]] = {}
