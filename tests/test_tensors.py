@@ -4,16 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from aisys import device
 from aisys.tensors import TORCH_DTYPES, to_device, to_numpy
 
 
 @pytest.mark.parametrize("dtype", list(TORCH_DTYPES))
-def test_round_trip_keeps_values_and_shape(dtype):
+def test_round_trip_keeps_values_and_shape(dtype, torch_device):
     x = np.arange(12, dtype=np.float64).reshape(3, 4) / 8  # exact in every format
     t = to_device(x, dtype)
     assert t.dtype == TORCH_DTYPES[dtype] and t.shape == (3, 4) and t.is_contiguous()
-    assert t.device.type == device.current()
+    assert t.device.type == torch_device
     back = to_numpy(t)
     assert back.dtype == {"fp32": np.float32, "fp16": np.float16, "bf16": np.float32}[dtype]  # numpy has no bf16
     np.testing.assert_array_equal(back, x)
