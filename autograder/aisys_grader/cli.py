@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="where to write the grades (default: <course>/grades.csv)")
     grade.add_argument("--unsandboxed", action="store_true",
                        help="grade without bubblewrap: submissions can then read the checks and fake their grades")
+    commands.add_parser("sandbox", help="say whether bubblewrap can sandbox grading on this machine (exit status 1 "
+                                        "if it cannot); `aisys doctor` asks this")
     args = parser.parse_args(argv)
 
     if args.command == "generate":
@@ -80,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{not_graded} student{'s' * (not_graded != 1)} not graded (listed above); "
                   "the others are in the gradebook, grades.csv and feedback")
         return min(not_graded, MAX_STATUS)
+    elif args.command == "sandbox":
+        from .sandbox import Sandbox
+
+        sandbox = Sandbox()
+        problem = sandbox.problem()
+        print(problem or f"{sandbox.bwrap} works")
+        return 1 if problem else 0
     return 0
 
 
