@@ -1,13 +1,13 @@
 # Two commands do all the set-up (see README):
 #   make book   create .venv, install the pinned packages, build the book and serve it
-#   make test   run the whole test suite (creating .venv first if needed)
+#   make test   lint with ruff, then run the whole test suite (creating .venv first if needed)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 HTML   := book/_build/html
 
-.PHONY: book build-book serve test exercises clean
+.PHONY: book build-book serve lint test exercises clean
 
 book: build-book serve
 
@@ -33,9 +33,13 @@ build-book: $(BIN)/.installed book/node_modules/.installed
 serve:
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
 
+# ruff's settings are in pyproject.toml; `make test` lints first and stops on a lint error.
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+
 # One BLAS thread per process: pytest-xdist already runs a worker per core, and numpy's OpenBLAS threads
 # on top of them fight over the cores (the tiny model's small matrix products slowed down by 10x and more).
-test: $(BIN)/.installed book/node_modules/.installed
+test: lint book/node_modules/.installed
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
 
 # Regenerate the student and nbgrader notebooks from solutions/ (never edit those by hand).

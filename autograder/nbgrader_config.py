@@ -4,6 +4,12 @@ Source notebooks in source/ are generated from solutions/ by `aisys-grader gener
 (never edit them here). The course's grading engine reads the same settings.
 """
 
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput
+
+from aisys_grader.autograde import SandboxedExecute, SaveGrades
+from aisys_grader.export import CsvExport
+
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "aisys"
@@ -17,14 +23,8 @@ c.Execute.timeout = 300
 # grader's process (aisys_grader/autograde.py). nbgrader's other steps are unchanged.
 # A notebook whose checks were skipped (GPU-only, graded without a GPU) gets no grade: SaveGrades
 # is SaveAutoGrades except that it records nothing for such a notebook.
-from aisys_grader.autograde import SandboxedExecute, SaveGrades  # noqa: E402
-from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
-from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput  # noqa: E402
-
 c.Autograde.autograde_preprocessors = [SandboxedExecute, ClearMetadataPreprocessor, LimitOutput, SaveGrades,
                                        AssignLatePenalties, CheckCellMetadata]
 
 # `nbgrader export` writes grades.csv with the csv module, escaping cells a spreadsheet would run as formulas.
-from aisys_grader.export import CsvExport  # noqa: E402
-
 c.ExportApp.plugin_class = CsvExport

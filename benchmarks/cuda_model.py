@@ -61,7 +61,8 @@ extern "C" __global__ void read_sum(const float4* __restrict__ in, long long n4,
     if (acc == 1234.5f) out[0] = acc;  // keeps the loads; practically never true
 }
 
-extern "C" __global__ void copy_strided(const float* __restrict__ in, float* __restrict__ out, long long n, int stride) {
+extern "C" __global__ void copy_strided(const float* __restrict__ in, float* __restrict__ out, long long n,
+                                        int stride) {
     long long step = (long long)gridDim.x * blockDim.x;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step) out[i] = in[i * stride];
 }
@@ -146,7 +147,8 @@ def device_properties():
 def driver_occupancy(function, threads, shared):
     """cuOccupancyMaxActiveBlocksPerMultiprocessor for a CuPy RawKernel."""
     from cuda.bindings import driver
-    error, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(driver.CUfunction(function.kernel.ptr), threads, shared)
+    error, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(driver.CUfunction(function.kernel.ptr),
+                                                                       threads, shared)
     assert error == driver.CUresult.CUDA_SUCCESS, error
     return blocks
 
@@ -196,7 +198,9 @@ def latency(rng):
         else:  # one run, after flushing L2: a second run would find the visited lines in L2
             warm, repeat, warmup = 0, 1, 0
             flush_l2()
-        ms = gpu_ms(lambda: kernel("chase")((1,), (1,), (following_gpu, np.int32(warm), np.int32(steps), out, cycles)),
+        # The chain is bound as an argument: the loop deletes it (1 GiB) before making the next.
+        ms = gpu_ms(lambda chain=following_gpu: kernel("chase")((1,), (1,), (chain, np.int32(warm), np.int32(steps),
+                                                                             out, cycles)),
                     repeat=repeat, warmup=warmup)
         results[label] = {"cycles": int(cycles.get()[0]) / steps, "ns_per_load_events": ms * 1e6 / (warm + steps)}
         del following_gpu
@@ -212,9 +216,12 @@ def bandwidths():
     grid, block = sms * 8, 256
     result = {}
     out = cp.zeros(1, cp.float32)
-    for label, size, reps in (("L2 read (16 MiB buffer, re-read)", 16 * 2**20, 50), ("HBM read (4 GiB buffer)", 4 * 2**30, 1)):
+    for label, size, reps in (("L2 read (16 MiB buffer, re-read)", 16 * 2**20, 50),
+                              ("HBM read (4 GiB buffer)", 4 * 2**30, 1)):
         buffer = cp.empty(size // 4, cp.float32)
-        ms = gpu_ms(lambda: kernel("read_sum")((grid,), (block,), (buffer, np.int64(size // 16), np.int32(reps), out)))
+        # The buffer is bound as an argument: the loop deletes it (4 GiB) before making the next.
+        ms = gpu_ms(lambda data=buffer: kernel("read_sum")((grid,), (block,), (data, np.int64(size // 16),
+                                                                               np.int32(reps), out)))
         result[label] = size * reps / (ms / 1e3) / 1e12
         del buffer
     n = 2**26
@@ -231,9 +238,10 @@ def bandwidths():
     reps, blocks, threads = 4096, sms * 4, 1024
     shared = {}
     for label, pitch, swizzle in (("row (pitch 1)", 1, 0), ("pitch 2", 2, 0), ("pitch 4", 4, 0), ("pitch 8", 8, 0),
-                                  ("pitch 16", 16, 0), ("column (pitch 32)", 32, 0), ("column, padded (pitch 33)", 33, 0),
-                                  ("column, XOR swizzle", 32, 1)):
-        ms = gpu_ms(lambda: kernel("shared_reads")((blocks,), (threads,), (out, np.int32(pitch), np.int32(swizzle), np.int32(reps))))
+                                  ("pitch 16", 16, 0), ("column (pitch 32)", 32, 0),
+                                  ("column, padded (pitch 33)", 33, 0), ("column, XOR swizzle", 32, 1)):
+        ms = gpu_ms(lambda: kernel("shared_reads")((blocks,), (threads,),
+                                                   (out, np.int32(pitch), np.int32(swizzle), np.int32(reps))))
         shared[label] = {"ms": ms, "TB/s": blocks * threads * reps * 4 / (ms / 1e3) / 1e12}
     result["shared-memory reads"] = shared
     return result
@@ -310,7 +318,8 @@ def transfers():
         stop.record()
         stop.synchronize()
         runs[label] = size / (cp.cuda.get_elapsed_time(start, stop) / 1e3) / 1e9
-    runs["resident on the GPU"] = size / (gpu_ms(lambda: kernel("sum_words")((sms * 8,), (256,), (words, np.int64(size // 4), total)), repeat=5) / 1e3) / 1e9
+    ms = gpu_ms(lambda: kernel("sum_words")((sms * 8,), (256,), (words, np.int64(size // 4), total)), repeat=5)
+    runs["resident on the GPU"] = size / (ms / 1e3) / 1e9
     result["unified memory kernel read, GB/s"] = runs
     return result
 

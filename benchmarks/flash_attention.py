@@ -1,6 +1,7 @@
 """The Triton FlashAttention forward against torch's scaled_dot_product_attention on a GPU, as a fraction of peak.
 
-    PYTHONPATH=src python3 benchmarks/flash_attention.py [--json PATH]   # PATH for the rows; default /tmp/flash_attention.json
+    PYTHONPATH=src python3 benchmarks/flash_attention.py [--json PATH]
+    # PATH for the rows; default /tmp/flash_attention.json
 
 Measured with aisys.bench (CUDA events, L2 flushed before each repetition, inputs in rotation, SDPA timed
 by the same code in the same run), BF16, q, k, v of shape (B, nh, T, hs) with B * T = 16384 tokens and

@@ -122,7 +122,8 @@ def main(folder: Path) -> None:
     if dev == "cuda":
         print("\n== target (issue 6)\n" + check_target(everything))
         configs = {" ".join(map(str, key)): str(config) for key, config in matmul.matmul_kernel.cache.items()}
-        print("\n== autotuned configuration per (M, N, K, dtypes)\n" + "\n".join(f"{k}: {v}" for k, v in configs.items()))
+        print("\n== autotuned configuration per (M, N, K, dtypes)\n"
+              + "\n".join(f"{k}: {v}" for k, v in configs.items()))
         clock = sustained_clock()
         print(f"\n== under back-to-back 8192^3 BF16 cuBLAS GEMMs (nvidia-smi)\n{clock}")
     wrong = [f"{r.name} {r.size}" for r in everything if not r.correct]

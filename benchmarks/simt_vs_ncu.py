@@ -178,7 +178,8 @@ def main():
         with simt.profile() as reports:
             kernel[grid, block](*args)
         for name, value in simulated(reports[0].to_plain()).items():
-            print(f"{kernel.__name__:<18}{name:<30}{value:>12}{hardware[kernel.__name__].get(name, float('nan')):>12.0f}")
+            counted = hardware[kernel.__name__].get(name, float("nan"))
+            print(f"{kernel.__name__:<18}{name:<30}{value:>12}{counted:>12.0f}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ WRONG = {  # one typical mistake per answer cell, keyed by the first function th
     "gemm_cost": "def gemm_cost(M, N, K, dtype):\n    return {'flops': M * N * K, 'bytes': (M*K + K*N + M*N) * 2}\n",
     "elementwise_cost": ("def elementwise_cost(n, dtype, inputs, outputs, flops_per_element):\n"
                          "    return {'flops': n * flops_per_element, 'bytes': n * inputs * 4}\n"),
-    "softmax_cost": "def softmax_cost(rows, cols, dtype):\n    return {'flops': 5 * rows * cols, 'bytes': 16 * rows * cols}\n",
+    "softmax_cost": ("def softmax_cost(rows, cols, dtype):\n"
+                     "    return {'flops': 5 * rows * cols, 'bytes': 16 * rows * cols}\n"),
     "attainable_flops": ("def attainable_flops(peak_flops, bandwidth, intensity):\n"
                          "    return max(peak_flops, bandwidth * intensity)\n\n"
                          "def bound(peak_flops, bandwidth, intensity):\n"
@@ -67,7 +68,8 @@ def replace_answer(notebook, function: str, code: str) -> nbformat.NotebookNode:
 def insert_cell(notebook, code: str, after: str | None = None) -> nbformat.NotebookNode:
     """A new cell (no metadata) after the cell with grade id `after`, or after the set-up cell."""
     ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in notebook.cells]
-    index = ids.index(after) + 1 if after else next(i for i, c in enumerate(notebook.cells) if c.cell_type == "code") + 1
+    first_code = next(i for i, c in enumerate(notebook.cells) if c.cell_type == "code")
+    index = ids.index(after) + 1 if after else first_code + 1
     notebook.cells.insert(index, nbformat.v4.new_code_cell(code))
     return notebook
 
@@ -314,15 +316,18 @@ CASES = {
     "honest solution": (lambda: as_bytes(honest()), FULL),
     "wrong solution": (lambda: as_bytes(wrong()), 0),
     "result whose __eq__ is always true": (lambda: as_bytes(replace_answer(
-        replace_answer(insert_cell(honest(), ALWAYS_EQUAL), "gemm_cost", "def gemm_cost(M, N, K, dtype):\n    return Anything()\n"),
+        replace_answer(insert_cell(honest(), ALWAYS_EQUAL), "gemm_cost",
+                       "def gemm_cost(M, N, K, dtype):\n    return Anything()\n"),
         "softmax_cost", "def softmax_cost(rows, cols, dtype):\n    return Anything()\n")), FULL - 3),
-    "monkeypatched numpy.testing, torch.testing, math.isclose": (lambda: as_bytes(insert_cell(wrong(), PATCH_TESTING)), 0),
+    "monkeypatched numpy.testing, torch.testing, math.isclose": (
+        lambda: as_bytes(insert_cell(wrong(), PATCH_TESTING)), 0),
     "IPython ast and input transformers": (lambda: as_bytes(insert_cell(wrong(), HOOKS)), 0),
     "patched showtraceback and set_custom_exc": (lambda: as_bytes(insert_cell(wrong(), QUIET_ERRORS)), 0),
     "SystemExit in a graded function": (lambda: as_bytes(replace_answer(
         honest(), "gemm_cost", "def gemm_cost(M, N, K, dtype):\n    raise SystemExit(0)\n")), FULL - 2),
     "os._exit mid-notebook": (lambda: as_bytes(insert_cell(honest(), "import os\nos._exit(0)", "softmax_cost")), 5),
-    "segfault mid-notebook": (lambda: as_bytes(insert_cell(honest(), "import ctypes\nctypes.string_at(0)", "softmax_cost")), 5),
+    "segfault mid-notebook": (
+        lambda: as_bytes(insert_cell(honest(), "import ctypes\nctypes.string_at(0)", "softmax_cost")), 5),
     "infinite loop in a graded function": (lambda: as_bytes(replace_answer(honest(), "attainable_flops", (
         "def attainable_flops(peak_flops, bandwidth, intensity):\n    while True: pass\n\n"
         "def bound(peak_flops, bandwidth, intensity):\n"
@@ -335,7 +340,8 @@ CASES = {
     "setsid double-forked daemon": (lambda: as_bytes(insert_cell(honest(), DAEMON)), FULL),
     "reading hidden checks, solutions or gradebook": (lambda: as_bytes(replace_answer(
         insert_cell(honest(), STEAL), "gemm_cost",
-        "def gemm_cost(M, N, K, dtype):\n    c = _reference_gemm(M, N, K, dtype)\n    return {'flops': c.flops, 'bytes': c.bytes}\n")),
+        "def gemm_cost(M, N, K, dtype):\n    c = _reference_gemm(M, N, K, dtype)\n"
+        "    return {'flops': c.flops, 'bytes': c.bytes}\n")),
         FULL - 2),
     "writing to the gradebook and results": (lambda: as_bytes(insert_cell(wrong(), WRITE_GRADES)), 0),
     "printing fake passed lines and forged replies": (lambda: as_bytes(insert_cell(wrong(), FORGE, "bound")), 0),
@@ -347,7 +353,8 @@ CASES = {
     "invalid JSON": (lambda: json.dumps(json.loads(as_bytes(honest())))[:-20].encode(), 0),
     "correct solution writing to stderr": (lambda: as_bytes(insert_cell(honest(), (
         "import sys, warnings\n_gemm = gemm_cost\n"
-        "def gemm_cost(*a, **k):\n    warnings.warn('slow path'); print('note', file=sys.stderr)\n    return _gemm(*a, **k)\n"),
+        "def gemm_cost(*a, **k):\n    warnings.warn('slow path'); print('note', file=sys.stderr)\n"
+        "    return _gemm(*a, **k)\n"),
         "gemm_cost")), FULL),
     "behaves differently when it detects grading": (lambda: as_bytes(_detecting()), FULL - 2),
     "network call": (lambda: as_bytes(insert_cell(honest(), (

@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import json  # noqa: E402
+import json
 
-from adversarial import CASES, DANGEROUS, MARKER, class_of  # noqa: E402
-from aisys_grader.course import grade  # noqa: E402
-from processes import leftovers  # noqa: E402
-from test_grading import LIMITS, TIMEOUTS, make_course, slug, submit  # noqa: E402
+from adversarial import CASES, DANGEROUS, MARKER, class_of
+from aisys_grader.course import grade
+from processes import leftovers
+from test_grading import LIMITS, TIMEOUTS, make_course, slug, submit
 
 PLAIN_CONFIG = f"""c = get_config()
 c.CourseDirectory.course_id = "aisys"
@@ -107,9 +107,11 @@ def timing_table(scratch: Path) -> None:
     _, plain_seconds = plain_nbgrader(scratch / "plain-class", cases)
     _, plain_honest_seconds = plain_nbgrader(scratch / "plain-honest", dict(list(honest.items())[:10]))
     print("\n| 30 submissions | total (s) | per notebook (s) |\n|---|--:|--:|")
-    print(f"| this engine, sandbox on, 2 workers | {engine_seconds:.1f} | median {statistics.median(per_notebook):.2f} |")
+    print(f"| this engine, sandbox on, 2 workers | {engine_seconds:.1f} | "
+          f"median {statistics.median(per_notebook):.2f} |")
     print(f"| plain nbgrader autograde (one process) | {plain_seconds:.1f} | mean {plain_seconds / 30:.2f} |")
-    print(f"| plain nbgrader, 10 well-behaved notebooks | {plain_honest_seconds:.1f} | mean {plain_honest_seconds / 10:.2f} |")
+    print(f"| plain nbgrader, 10 well-behaved notebooks | {plain_honest_seconds:.1f} | "
+          f"mean {plain_honest_seconds / 10:.2f} |")
 
 
 if __name__ == "__main__":

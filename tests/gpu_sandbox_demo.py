@@ -12,14 +12,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import nbformat  # noqa: E402
+import nbformat
 
-import conftest  # noqa: E402,F401  (registers the grader's test exercises)
-from aisys_grader.engine import Timeouts, grade_notebook  # noqa: E402
-from aisys_grader.sandbox import Sandbox  # noqa: E402
-from processes import leftovers  # noqa: E402
+import conftest  # noqa: F401  (registers the grader's test exercises)
+from aisys_grader.engine import Timeouts, grade_notebook
+from aisys_grader.sandbox import Sandbox
+from processes import leftovers
 
-SETUP = "import numpy as np\nimport torch\nfrom aisys_grader import checker\ncheck = checker('99-grader/timing', globals())"
+SETUP = ("import numpy as np\nimport torch\nfrom aisys_grader import checker\n"
+         "check = checker('99-grader/timing', globals())")
 ANSWER = ("def sort_values(x):\n"
           "    return torch.sort(torch.from_numpy(x).cuda()).values.cpu().numpy()\n")
 PROBE = ("import os\nprint('GPU in the sandbox:', torch.cuda.get_device_name(0))\n"
@@ -36,7 +37,8 @@ BOMB = ("import os, subprocess, sys, time\n"
 
 
 def cell(source, **nbgrader):
-    return nbformat.v4.new_code_cell(source, metadata={"nbgrader": {"schema_version": 3, **nbgrader}} if nbgrader else {})
+    metadata = {"nbgrader": {"schema_version": 3, **nbgrader}} if nbgrader else {}
+    return nbformat.v4.new_code_cell(source, metadata=metadata)
 
 
 def notebook(answer):
@@ -44,7 +46,8 @@ def notebook(answer):
         cell(SETUP, grade_id="setup", locked=True, grade=False, solution=False),
         cell(answer, grade_id="answer", solution=True, grade=False, locked=False),
         cell(PROBE),
-        cell('check("sorted_correctly")', grade_id="sorted_correctly", grade=True, points=1, solution=False, locked=True),
+        cell('check("sorted_correctly")', grade_id="sorted_correctly", grade=True, points=1, solution=False,
+             locked=True),
         cell('check("sorts_fast")', grade_id="sorts_fast", grade=True, points=1, solution=False, locked=True),
         cell(BOMB),
     ])

@@ -51,7 +51,6 @@ from aisys_grader.student import InProcessStudent
 from aisys_grader import checks as checks_module
 from aisys_grader.exercise import module_name
 from aisys_grader import plain
-from notebooks import ROOT
 
 DTYPE_NAMES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
                "fp64", "fp32", "fp16", "bf16", "fp8", "int4", "tf32", "float8", "e4m3", "e5m2"}

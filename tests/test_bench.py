@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from aisys import bench, device, hardware
+from aisys import bench, hardware
 from aisys.bench import Benchmark, Row
 
 H100 = "NVIDIA H100 SXM5 80GB"
@@ -63,7 +63,7 @@ def test_bytes_default_to_each_input_and_output_once_and_flops_are_the_benchmark
     assert (row.bytes, row.correct, row.baseline_seconds) == (7, True, None)
 
 
-def test_a_triton_kernel_runs_in_the_interpreter_under_the_harness():
+def test_a_triton_kernel_runs_in_the_interpreter_under_the_harness(torch_device):
     import triton
     import triton.language as tl
 
@@ -78,7 +78,7 @@ def test_a_triton_kernel_runs_in_the_interpreter_under_the_harness():
         double[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
         return out
 
-    where = device.current()  # the interpreter on a CPU, compiled (and timed) on a GPU
+    where = torch_device  # the interpreter on a CPU, compiled (and timed) on a GPU
     benchmark = Benchmark("double", run, lambda x: 2 * x, make_inputs=lambda n: torch.randn(n, device=where))
     with pytest.warns(bench.NotAGPUWarning) if where == "cpu" else contextlib.nullcontext():
         rows = bench.measure(benchmark, [1, 1000], reps=3)

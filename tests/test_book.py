@@ -14,7 +14,8 @@ import pytest
 
 from notebooks import EXERCISES, ROOT
 
-JUPYTER_BOOK = [str(Path(sys.executable).parent / "jupyter-book"), "build", "--warningiserror", "--nitpick", "--keep-going"]
+JUPYTER_BOOK = [str(Path(sys.executable).parent / "jupyter-book"), "build", "--warningiserror", "--nitpick",
+                "--keep-going"]
 EXTERNAL = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=["'](?:https?:)?//""", re.I)
 
 
@@ -84,8 +85,9 @@ def test_math_renders_in_a_browser_that_can_reach_no_other_host(html):
         url = f"http://127.0.0.1:{server.server_address[1]}/01-architecture/roofline.html"
         dom = subprocess.run(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={html.parent / 'chromium'}",
-             "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--virtual-time-budget=20000", "--dump-dom", url],
+             "--no-first-run", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={html.parent / 'chromium'}", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+             "--virtual-time-budget=20000", "--dump-dom", url],
             capture_output=True, text=True, timeout=120).stdout
     finally:
         server.shutdown()
@@ -98,7 +100,8 @@ def test_math_renders_in_a_browser_that_can_reach_no_other_host(html):
 
 BREAKAGES = {
     "broken reference": ("intro.md", "\nSee {doc}`no-such-page`.\n", "no-such-page"),
-    "failing page": ("01-architecture/roofline.md", "\n```{code-cell} ipython3\nraise RuntimeError('page fails')\n```\n",
+    "failing page": ("01-architecture/roofline.md",
+                     "\n```{code-cell} ipython3\nraise RuntimeError('page fails')\n```\n",
                      "page fails"),
 }
 

@@ -137,6 +137,31 @@ def test_hidden_cases_are_labelled_and_seeded():
         compare_cases(student, "double", [{"x": 1}, {"x": 7}], lambda x: 2 * x, returns="number", hidden=True)
 
 
+def test_compare_cases_takes_a_tolerance_a_dtype_a_hint_a_comparison_and_a_name():
+    student = InProcessStudent({"half": lambda x: (x / 2).astype(np.float32), "fails": lambda x: 1 / 0})
+    cases = [{"x": np.array([2.0, 4.0])}, {"x": np.array([3.0, 1e-3])}]
+
+    def compare(**options):
+        compare_cases(student, "half", cases, lambda x: x / 2 + 1e-4 * (x < 1), returns="array", hidden=False,
+                      **options)
+
+    compare(tolerance=(0, 2e-4))
+    compare(tolerance=lambda case: (0, 2e-4 if case["x"][1] < 1 else 0))
+    with pytest.raises(CheckFailure, match=r"^case 2 of 2: half\(x=array\(.*\)\): result: 1 of 2 elements differ"):
+        compare(tolerance=(0, 0))
+    with pytest.raises(CheckFailure, match=r"^case 1 of 2: .*result: expected dtype float64, got float32\. Keep x's$"):
+        compare(same_dtype=True, hint=lambda case, got, expected: "Keep x's" if got.dtype != expected.dtype else "")
+    with pytest.raises(CheckFailure, match=r"^case 1 of 2: half of 2 values: odd$"):
+        compare(compare=lambda got, expected, case: _fail("odd"), call=lambda case: f"half of {case['x'].size} values")
+    with pytest.raises(CheckFailure) as raised:  # an error the student's code raised gets no hint
+        compare_cases(student, "fails", cases, lambda x: x, returns="array", hidden=False, hint=lambda *_: "a hint")
+    assert "ZeroDivisionError" in str(raised.value) and "a hint" not in str(raised.value)
+
+
+def _fail(message):
+    raise CheckFailure(message)
+
+
 def test_a_check_result_scores_its_points():
     @check(points=3, exercise="tests/points")
     def answer(student, rng, hidden):

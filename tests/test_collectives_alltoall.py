@@ -24,7 +24,8 @@ def ours_and_torchs_all_to_all_single():
     rank, p = dist.get_rank(), dist.get_world_size()
     cases = [(None, torch.float32, (2 * p,)), (None, torch.int64, (p, 3))]
     cases += [(split_matrix(p, seed, zeros=zeros), dtype, ())
-              for seed, (zeros, dtype) in enumerate([(False, torch.float64), (True, torch.float32), (True, torch.int32)])]
+              for seed, (zeros, dtype) in enumerate([(False, torch.float64), (True, torch.float32),
+                                                     (True, torch.int32)])]
     results = []
     for splits, dtype, shape in cases:
         if splits is None:

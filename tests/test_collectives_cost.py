@@ -127,7 +127,8 @@ def test_formulas_by_hand(p):
     assert cost.terms("broadcast", "ring", n, p) == (ceil + p - 1, pytest.approx(2 * (p - 1) / p * n))
     assert cost.terms("broadcast", "recursive_doubling", n, p) == (2 * ceil, pytest.approx(2 * (p - 1) / p * n))
     if power:  # Rabenseifner: a reduce-scatter by halving plus an all-gather by doubling
-        rs, ag = cost.terms("reduce_scatter", "halving_doubling", n, p), cost.terms("all_gather", "recursive_doubling", n, p)
+        rs = cost.terms("reduce_scatter", "halving_doubling", n, p)
+        ag = cost.terms("all_gather", "recursive_doubling", n, p)
         assert cost.terms("all_reduce", "halving_doubling", n, p) == (rs[0] + ag[0], pytest.approx(rs[1] + ag[1]))
 
 
@@ -164,7 +165,8 @@ def test_fit_takes_the_median_of_repeats_so_outliers_do_not_move_it(seed):
     sizes, seconds = synthetic(30e-6, 1 / 4e9, rng, repeats=15, outliers=0.15)
     assert cost.fit(sizes, seconds) == (pytest.approx(30e-6, rel=0.05), pytest.approx(1 / 4e9, rel=0.05))
     with pytest.raises(AssertionError):  # the mean, by contrast, is dragged up by the slow runs
-        assert cost.fit(sizes, seconds.mean(axis=1)) == (pytest.approx(30e-6, rel=0.05), pytest.approx(1 / 4e9, rel=0.05))
+        assert cost.fit(sizes, seconds.mean(axis=1)) == (pytest.approx(30e-6, rel=0.05),
+                                                         pytest.approx(1 / 4e9, rel=0.05))
 
 
 def test_unweighted_least_squares_would_lose_alpha():
@@ -281,7 +283,8 @@ def test_time_collective_gives_one_positive_time_per_size(world_size):
     (lambda: measure.ping_pong(8), TypeError, "sizes must be a list of sizes in bytes"),
     (lambda: measure.ping_pong([8], repeats=0), ValueError, "repeats must be an integer >= 1"),
     (lambda: measure.ping_pong([8], backend="mpi"), ValueError, "backend must be one of"),
-    (lambda: measure.time_collective(print, [6], 2), ValueError, r"sizes\[0\] = 6 bytes is not a whole number of 4-byte"),
+    (lambda: measure.time_collective(print, [6], 2), ValueError,
+     r"sizes\[0\] = 6 bytes is not a whole number of 4-byte"),
     (lambda: measure.time_collective(print, [8], 2, dtype="float99"), ValueError, "dtype must name a torch dtype"),
     (lambda: measure.time_collective(None, [8], 2), TypeError, "fn must be a function"),
     (lambda: measure.time_collective(print, [8], 0), ValueError, "world_size must be an integer >= 1"),

@@ -4,11 +4,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-from aisys.collectives import pictures, simulated  # noqa: E402
-from aisys.collectives.pictures import Block  # noqa: E402
+from aisys.collectives import pictures, simulated
+from aisys.collectives.pictures import Block
 
 
 def test_trace_reads_back_copies_and_reductions():

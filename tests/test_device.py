@@ -68,3 +68,15 @@ def test_doctor_explains_a_bad_setting_without_a_traceback():
     assert done.returncode == 2
     assert "aisys: error: environment variable AISYS_DEVICE must be one of" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_doctor_asks_the_grader_in_a_process_of_its_own():
+    """aisys never imports the grader: the sandbox probe is `aisys-grader sandbox`, run as a command."""
+    code = ("import sys; from aisys import doctor; found = doctor._bubblewrap(); "
+            "print(found.item, [m for m in sys.modules if m.startswith('aisys_grader')])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "bubblewrap []"
+    probe = subprocess.run([sys.executable, "-m", "aisys_grader.cli", "sandbox"], capture_output=True, text=True,
+                           timeout=120)
+    assert probe.returncode in (0, 1) and probe.stdout.strip(), probe.stderr

@@ -269,6 +269,7 @@ def test_grading_refuses_without_bubblewrap_unless_asked(monkeypatch):
     assert unsafe.enforced()["sandbox"].startswith("NONE")
 
 
+@needs_sandbox
 def test_a_result_larger_than_a_cells_output_limit_still_crosses_the_bridge():
     """A 12 MB array (a 2000 x 1500 transpose, say) is a bridge reply, not cell output to cut."""
     from aisys_grader.kernel import OUTPUT_LIMIT, KernelStudent, SandboxedKernel

@@ -29,7 +29,8 @@ def test_attention_matches_a_loop_over_heads_and_queries(t_q, t_k, n_heads, n_kv
     rng = np.random.default_rng(t_q * 100 + t_k)
     q = rng.standard_normal((t_q, n_heads, 8))
     k, v = rng.standard_normal((2, t_k, n_kv_heads, 8))
-    np.testing.assert_allclose(attention.attention(q, k, v, causal=causal), naive_attention(q, k, v, causal), atol=1e-12)
+    np.testing.assert_allclose(attention.attention(q, k, v, causal=causal), naive_attention(q, k, v, causal),
+                               atol=1e-12)
 
 
 def test_attention_survives_large_logits_and_keeps_the_dtype():

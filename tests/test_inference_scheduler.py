@@ -64,7 +64,8 @@ def test_continuous_admits_into_the_freed_slot_at_once():
 
 def test_continuous_preempts_the_newest_and_recomputes_its_tokens():
     trace = [Request(0, 0.0, 3, 4), Request(1, 0.0, 2, 3)]
-    schedule = simulate(trace, "continuous", num_blocks=4, block_size=2, max_batch=4, step_time=linear_step_time(1, 0.5))
+    schedule = simulate(trace, "continuous", num_blocks=4, block_size=2, max_batch=4,
+                        step_time=linear_step_time(1, 0.5))
     # at 5.5 request 0 needs its third block and none is free: request 1 (admitted after it) is
     # evicted; it comes back at 8.5 with its prompt and 2 generated tokens (4 tokens) to prefill,
     # and that prefill emits its last token
@@ -83,8 +84,10 @@ def test_an_evicted_request_waits_at_the_front_of_the_queue():
     # request 2 arrives at 5.0 and needs one block; at 5.5 and 7.0 one is free, but request 1,
     # evicted at 5.5 and needing two, is ahead of it: first come, first served, no overtaking
     trace = [Request(0, 0.0, 3, 4), Request(1, 0.0, 2, 3), Request(2, 5.0, 1, 1)]
-    schedule = simulate(trace, "continuous", num_blocks=4, block_size=2, max_batch=4, step_time=linear_step_time(1, 0.5))
-    assert [(s.start, [i for i, _, _ in s.batch]) for s in schedule.steps][2:] == [(5.5, [0]), (7.0, [0]), (8.5, [1, 2])]
+    schedule = simulate(trace, "continuous", num_blocks=4, block_size=2, max_batch=4,
+                        step_time=linear_step_time(1, 0.5))
+    starts = [(s.start, [i for i, _, _ in s.batch]) for s in schedule.steps]
+    assert starts[2:] == [(5.5, [0]), (7.0, [0]), (8.5, [1, 2])]
     assert table(schedule) == [(0, 3.5, 8.5, 0), (1, 3.5, 12.0, 1), (2, 12.0, 12.0, 0)]
 
 

@@ -56,7 +56,8 @@ def test_solution_scores_full_marks_and_blank_scores_zero(tmp_path, chapter):
     assert float(rows["solver"]["score"]) == max_score - ungraded_points
     assert float(rows["blank"]["score"]) == 0
     # The scores came from the sandboxed engine, not from nbgrader's own Execute.
-    runs = {r.student: r for r in (records.recorded_run(f"sqlite:///{course / 'gradebook.db'}", chapter, s, e.split("/")[1])
+    gradebook = f"sqlite:///{course / 'gradebook.db'}"
+    runs = {r.student: r for r in (records.recorded_run(gradebook, chapter, s, e.split("/")[1])
                                    for s in ("solver", "blank") for e in exercises) if r is not None}
     assert set(runs) == {"solver", "blank"}
     assert "bubblewrap" in json.loads(runs["solver"].report)["enforced"]["sandbox"]

@@ -1,4 +1,5 @@
-"""The SIMT simulator: CUDA semantics, the profiler's figures, the sanitizer's errors, and clear errors for bad input."""
+"""The SIMT simulator: CUDA semantics, the profiler's figures, the sanitizer's errors, and clear errors for bad
+input."""
 
 import json
 import warnings

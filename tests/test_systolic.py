@@ -268,7 +268,7 @@ def test_a_malformed_step_answer_is_reported(step, pattern):
     ("all", "tiles must be a list of dicts"),
     ([{"m": [0, 2], "n": [0, 2]}], r"tiles\[0\] must be a dict with keys 'm', 'n' and 'k'"),
     ([{"m": [0, 2], "n": [0, 2], "k": [0]}], r"tiles\[0\]\['k'\] must be \[start, stop\]"),
-    ([{"m": [0, 2], "n": [0, 2], "k": [0, 4]}], 
+    ([{"m": [0, 2], "n": [0, 2], "k": [0, 4]}],
      r"tiles\[0\]\['k'\] = \[0, 4\] must satisfy 0 <= start < stop <= K = 3"),
     ([{"m": [1, 1], "n": [0, 2], "k": [0, 3]}], r"must satisfy 0 <= start < stop"),
     ([{"m": [0, 2], "n": [0, True], "k": [0, 3]}], r"two integers"),

@@ -9,18 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from aisys import device
 from aisys.triton_kernels.flash_attention import flash_attention, sdpa
 
-DEVICE = device.current()
-on_gpu = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU (the interpreter checks float32 only)")
 
 
-def _qkv(batch, n_heads, n_kv_heads, t_q, t_k, head_size, dtype=torch.float32, scale=1.0, seed=0):
+def _qkv(device, batch, n_heads, n_kv_heads, t_q, t_k, head_size, dtype=torch.float32, scale=1.0, seed=0):
     g = torch.Generator().manual_seed(seed)
     q = scale * torch.randn(batch, n_heads, t_q, head_size, generator=g)
     k, v = (torch.randn(batch, n_kv_heads, t_k, head_size, generator=g) for _ in range(2))
-    return tuple(x.to(dtype).to(DEVICE) for x in (q, k, v))
+    return tuple(x.to(dtype).to(device) for x in (q, k, v))
 
 
 def _truth(q, k, v, causal):
@@ -48,8 +45,8 @@ SHAPES = [  # B, nh, nkv, Tq, Tk, hs, causal
 
 
 @pytest.mark.parametrize("batch,nh,nkv,t_q,t_k,hs,causal", SHAPES)
-def test_equals_softmax_attention(batch, nh, nkv, t_q, t_k, hs, causal):
-    q, k, v = _qkv(batch, nh, nkv, t_q, t_k, hs, seed=t_q + t_k)
+def test_equals_softmax_attention(batch, nh, nkv, t_q, t_k, hs, causal, torch_device):
+    q, k, v = _qkv(torch_device, batch, nh, nkv, t_q, t_k, hs, seed=t_q + t_k)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     expected, expected_lse = _truth(q, k, v, causal)
     assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (batch, nh, t_q)
@@ -59,23 +56,23 @@ def test_equals_softmax_attention(batch, nh, nkv, t_q, t_k, hs, causal):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_large_logits(causal):
+def test_large_logits(causal, torch_device):
     """Scores near +-1000: exp overflows float32 past 88.7 unless the running max is subtracted."""
-    q, k, v = _qkv(1, 2, 2, 40, 40, 16, scale=300.0, seed=1)
+    q, k, v = _qkv(torch_device, 1, 2, 2, 40, 40, 16, scale=300.0, seed=1)
     out = flash_attention(q, k, v, causal=causal)
     assert torch.isfinite(out).all()
     expected, _ = _truth(q, k, v, causal)
     torch.testing.assert_close(out.double().cpu(), expected, rtol=1e-3, atol=1e-3)
 
 
-def test_scale_and_matches_sdpa():
-    q, k, v = _qkv(1, 2, 2, 24, 24, 16, seed=2)
+def test_scale_and_matches_sdpa(torch_device):
+    q, k, v = _qkv(torch_device, 1, 2, 2, 24, 24, 16, seed=2)
     torch.testing.assert_close(flash_attention(q, k, v, causal=True, scale=0.3), sdpa(q, k, v, causal=True, scale=0.3),
                                rtol=1e-4, atol=1e-5)
 
 
-def test_bad_inputs():
-    q, k, v = _qkv(1, 2, 2, 8, 8, 16)
+def test_bad_inputs(torch_device):
+    q, k, v = _qkv(torch_device, 1, 2, 2, 8, 8, 16)
     cases = [
         (lambda: flash_attention(q[0], k, v), "q must be a 4-D tensor"),
         (lambda: flash_attention(q, k.double(), v), "k must have dtype"),
@@ -88,14 +85,14 @@ def test_bad_inputs():
         (lambda: flash_attention(q, k[:, :, :4], v[:, :, :4], causal=True), "Tq <= Tk"),
         (lambda: flash_attention(q, k, v, causal=1), "causal"),
         (lambda: flash_attention(q, k, v, scale=0.0), "scale"),
-        (lambda: flash_attention(q.numpy() if DEVICE == "cpu" else q.cpu(), k, v), "q must be"),
+        (lambda: flash_attention(q.numpy() if torch_device == "cpu" else q.cpu(), k, v), "q must be"),
     ]
     for call, match in cases:
         with pytest.raises(ValueError, match=match):
             call()
 
 
-@on_gpu
+@pytest.mark.gpu  # the interpreter checks float32 only
 class TestOnGPU:
     """Against torch's SDPA in bfloat16 and float16 at sizes of real models (the lead runs these on an H100)."""
 
@@ -103,15 +100,15 @@ class TestOnGPU:
     @pytest.mark.parametrize("hs", [64, 128])
     @pytest.mark.parametrize("causal", [True, False])
     @pytest.mark.parametrize("t", [1000, 4096])
-    def test_matches_sdpa(self, dtype, hs, causal, t):
-        q, k, v = _qkv(2, 8, 8, t, t, hs, dtype=dtype, seed=t)
+    def test_matches_sdpa(self, dtype, hs, causal, t, torch_device):
+        q, k, v = _qkv(torch_device, 2, 8, 8, t, t, hs, dtype=dtype, seed=t)
         expected = sdpa(q.float(), k.float(), v.float(), causal=causal)  # float32 truth on the GPU
         atol = 2e-2 if dtype == torch.bfloat16 else 2e-3
         torch.testing.assert_close(flash_attention(q, k, v, causal=causal).float(), expected, rtol=0, atol=atol)
         torch.testing.assert_close(sdpa(q, k, v, causal=causal).float(), expected, rtol=0, atol=atol)  # same bar
 
-    def test_gqa_and_chunk(self):
-        q, k, v = _qkv(1, 32, 8, 512, 2048, 128, dtype=torch.bfloat16, seed=3)
+    def test_gqa_and_chunk(self, torch_device):
+        q, k, v = _qkv(torch_device, 1, 32, 8, 512, 2048, 128, dtype=torch.bfloat16, seed=3)
         expected = sdpa(q.float(), k.float(), v.float(), causal=True)
         torch.testing.assert_close(flash_attention(q, k, v, causal=True).float(), expected, rtol=0, atol=2e-2)
 

@@ -4,23 +4,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aisys import device
 from aisys.triton_kernels import layernorm
 from aisys.triton_kernels.layernorm import launch_config, layer_norm, rms_norm
 
-DEVICE = device.current()
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # (rtol, atol) against float64: a few units in the last place of float32, one of float16 and bfloat16.
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
 BLOCKS = [None, 32, 128]  # None: the row kernel where the row fits in one block; a number: the looping kernel
 
 
-def _data(shape, dtype, seed=0, offset=0.0):
+def _data(device, shape, dtype, seed=0, offset=0.0):
     g = torch.Generator().manual_seed(seed)
     M, N = shape
-    x = (offset + torch.randn(shape, generator=g)).to(dtype).to(DEVICE)
-    w = (1 + 0.5 * torch.randn(N, generator=g)).to(dtype).to(DEVICE)
-    b = (0.5 * torch.randn(N, generator=g)).to(dtype).to(DEVICE)
+    x = (offset + torch.randn(shape, generator=g)).to(dtype).to(device)
+    w = (1 + 0.5 * torch.randn(N, generator=g)).to(dtype).to(device)
+    b = (0.5 * torch.randn(N, generator=g)).to(dtype).to(device)
     return x, w, b
 
 
@@ -33,8 +31,8 @@ def _close(out, expected, dtype, rtol=None, atol=None):
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 128), (4, 129), (2, 1000)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_layer_norm_matches_torch(block, shape, dtype):
-    x, w, b = _data(shape, dtype, seed=shape[1])
+def test_layer_norm_matches_torch(block, shape, dtype, torch_device):
+    x, w, b = _data(torch_device, shape, dtype, seed=shape[1])
     expected = F.layer_norm(x.double(), shape[1:], w.double(), b.double(), 1e-5)
     _close(layer_norm(x, w, b, 1e-5, block=block), expected, dtype)
 
@@ -42,22 +40,22 @@ def test_layer_norm_matches_torch(block, shape, dtype):
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (4, 129), (2, 1000)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rms_norm_matches_torch(block, shape, dtype):
-    x, w, _ = _data(shape, dtype, seed=shape[1], offset=0.5)
+def test_rms_norm_matches_torch(block, shape, dtype, torch_device):
+    x, w, _ = _data(torch_device, shape, dtype, seed=shape[1], offset=0.5)
     expected = F.rms_norm(x.double(), shape[1:], w.double(), 1e-6)
     _close(rms_norm(x, w, 1e-6, block=block), expected, dtype)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-def test_two_passes_stay_precise_around_a_large_mean(block):
-    x, w, b = _data((3, 1000), torch.float32, offset=1e4)  # E[x^2] - E[x]^2 would be noise of size ~8
+def test_two_passes_stay_precise_around_a_large_mean(block, torch_device):
+    x, w, b = _data(torch_device, (3, 1000), torch.float32, offset=1e4)  # E[x^2] - E[x]^2 would be noise of size ~8
     expected = F.layer_norm(x.double(), (1000,), w.double(), b.double(), 1e-5)
     _close(layer_norm(x, w, b, 1e-5, block=block), expected, torch.float32, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-def test_constant_rows_give_the_bias(block):
-    x, w, b = _data((2, 9), torch.float32)
+def test_constant_rows_give_the_bias(block, torch_device):
+    x, w, b = _data(torch_device, (2, 9), torch.float32)
     x[0], x[1] = 0.0, 3.0  # variance 0: 1 / sqrt(0 + eps) times distances of 0
     y = layer_norm(x, w, b, 1e-5, block=block)
     # 1e-3: on a GPU the mean of nine 3.0s is 3.0 only to an ulp, and that ulp is multiplied by 1/sqrt(eps)
@@ -65,8 +63,8 @@ def test_constant_rows_give_the_bias(block):
     assert rms_norm(torch.zeros_like(x), w, 1e-6, block=block).eq(0).all()
 
 
-def test_no_rows_launches_nothing():
-    x, w, b = _data((0, 7), torch.float32)
+def test_no_rows_launches_nothing(torch_device):
+    x, w, b = _data(torch_device, (0, 7), torch.float32)
     assert layer_norm(x, w, b).shape == (0, 7) and rms_norm(x, w).shape == (0, 7)
 
 
@@ -92,9 +90,9 @@ def test_launch_config_picks_the_row_kernel_while_the_row_fits():
     (lambda x, w, b: rms_norm(x, w.reshape(1, 7)), "weight must be a 1-D tensor"),
     (lambda x, w, b: layer_norm(x[:, :0], w[:0], b[:0]), "x must have at least one column"),
 ])
-def test_bad_arguments_are_named(call, message):
-    x, w, b = (t.cpu() for t in _data((2, 7), torch.float32))
-    if DEVICE == "cuda" and "torch.Tensor" not in message:
+def test_bad_arguments_are_named(call, message, torch_device):
+    x, w, b = (t.cpu() for t in _data(torch_device, (2, 7), torch.float32))
+    if torch_device == "cuda" and "torch.Tensor" not in message:
         x, w, b = x.cuda(), w.cuda(), b.cuda()
     with pytest.raises(ValueError, match=message):
         call(x, w, b)

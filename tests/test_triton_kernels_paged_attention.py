@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from aisys import device
 from aisys.inference.paged_attention import paged_attention
 from aisys.triton_kernels.paged_attention import (
     PARTITION_SIZE,
@@ -23,7 +22,6 @@ from aisys.triton_kernels.paged_attention import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DEVICE = device.current()
 GARBAGE = 10**6  # block table entries past a context's blocks: the kernel must never read them
 
 
@@ -43,13 +41,13 @@ def paged_case(context_lens, *, block_size=16, n_heads=4, n_kv_heads=2, head_siz
     return q, k, v, tables, np.asarray(context_lens, np.int32)
 
 
-def run_kernel(q, k, v, tables, lens, dtype=torch.float32, **kwargs):
-    to = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE)  # noqa: E731
-    return paged_attention_decode(to(q).to(dtype), to(k).to(dtype), to(v).to(dtype), to(tables), to(lens), **kwargs)
+def run_kernel(device, q, k, v, tables, lens, dtype=torch.float32, **kwargs):
+    q, k, v, tables, lens = (torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (q, k, v, tables, lens))
+    return paged_attention_decode(q.to(dtype), k.to(dtype), v.to(dtype), tables, lens, **kwargs)
 
 
-def assert_matches_reference(case, dtype=torch.float32, scale=None, **kwargs):
-    out = run_kernel(*case, dtype=dtype, scale=scale, **kwargs)
+def assert_matches_reference(device, case, dtype=torch.float32, scale=None, **kwargs):
+    out = run_kernel(device, *case, dtype=dtype, scale=scale, **kwargs)
     q, k, v, tables, lens = case
     assert out.shape == q.shape and out.dtype == dtype
     if dtype == torch.float32:
@@ -65,30 +63,33 @@ def assert_matches_reference(case, dtype=torch.float32, scale=None, **kwargs):
 # tiles (32), and no split; GQA groups of 1, 2 and 4.
 @pytest.mark.parametrize("partition_size", [16, 32, None])
 @pytest.mark.parametrize("context_lens", [[1], [16], [17], [1, 16, 17, 50]])
-def test_matches_the_reference_on_ragged_contexts(context_lens, partition_size):
-    assert_matches_reference(paged_case(context_lens, seed=len(context_lens)), partition_size=partition_size)
+def test_matches_the_reference_on_ragged_contexts(context_lens, partition_size, torch_device):
+    case = paged_case(context_lens, seed=len(context_lens))
+    assert_matches_reference(torch_device, case, partition_size=partition_size)
 
 
 @pytest.mark.parametrize("n_heads, n_kv_heads", [(4, 4), (4, 2), (8, 2)])
-def test_gqa_groups_share_one_kv_head(n_heads, n_kv_heads):
+def test_gqa_groups_share_one_kv_head(n_heads, n_kv_heads, torch_device):
     case = paged_case([5, 40], n_heads=n_heads, n_kv_heads=n_kv_heads, seed=n_heads + n_kv_heads)
-    assert_matches_reference(case, partition_size=16)
+    assert_matches_reference(torch_device, case, partition_size=16)
 
 
 @pytest.mark.parametrize("block_size", [1, 4, 32])
-def test_block_sizes_smaller_and_larger_than_a_tile(block_size):
+def test_block_sizes_smaller_and_larger_than_a_tile(block_size, torch_device):
     # The interpreter's tile is 16 tokens: blocks of 1 and 4 put several blocks in one tile, 32 half a block.
-    assert_matches_reference(paged_case([3, 33, 70], block_size=block_size, seed=block_size), partition_size=32)
+    case = paged_case([3, 33, 70], block_size=block_size, seed=block_size)
+    assert_matches_reference(torch_device, case, partition_size=32)
 
 
-def test_head_size_not_a_power_of_two_and_a_scale():
+def test_head_size_not_a_power_of_two_and_a_scale(torch_device):
     case = paged_case([9, 21], head_size=24, n_heads=2, n_kv_heads=1)
-    assert_matches_reference(case, scale=0.3, partition_size=16)
+    assert_matches_reference(torch_device, case, scale=0.3, partition_size=16)
 
 
-def test_default_partition_splits_long_contexts():
+def test_default_partition_splits_long_contexts(torch_device):
     assert num_partitions(PARTITION_SIZE + 1) == 2
-    assert_matches_reference(paged_case([PARTITION_SIZE + 1, 3], block_size=32, n_heads=2, n_kv_heads=1, head_size=16))
+    case = paged_case([PARTITION_SIZE + 1, 3], block_size=32, n_heads=2, n_kv_heads=1, head_size=16)
+    assert_matches_reference(torch_device, case)
 
 
 def test_auto_splits_only_when_the_unsplit_grid_leaves_sms_idle():
@@ -97,55 +98,58 @@ def test_auto_splits_only_when_the_unsplit_grid_leaves_sms_idle():
     assert auto_partition_size(batch=1, n_kv_heads=8, sms=132) == PARTITION_SIZE
 
 
-def test_large_scores_do_not_overflow():
+def test_large_scores_do_not_overflow(torch_device):
     q, k, v, tables, lens = paged_case([40, 7])
-    assert_matches_reference((q * 100, k, v, tables, lens), partition_size=16)  # scores in the thousands
+    assert_matches_reference(torch_device, (q * 100, k, v, tables, lens), partition_size=16)  # scores in the thousands
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_caches(dtype):
-    assert_matches_reference(paged_case([20, 33], seed=5), dtype=dtype, partition_size=16)
+def test_half_precision_caches(dtype, torch_device):
+    assert_matches_reference(torch_device, paged_case([20, 33], seed=5), dtype=dtype, partition_size=16)
 
 
-def test_max_context_len_given_skips_reading_the_tables_and_gives_the_same_result():
+def test_max_context_len_given_skips_reading_the_tables_and_gives_the_same_result(torch_device):
     case = paged_case([30, 3], seed=2)
-    expected = run_kernel(*case, partition_size=16)
-    torch.testing.assert_close(run_kernel(*case, partition_size=16, max_context_len=30), expected, rtol=0, atol=0)
+    expected = run_kernel(torch_device, *case, partition_size=16)
+    bounded = run_kernel(torch_device, *case, partition_size=16, max_context_len=30)
+    torch.testing.assert_close(bounded, expected, rtol=0, atol=0)
     # a larger bound than needed only launches more partitions, which find no tokens and do nothing
-    torch.testing.assert_close(run_kernel(*case, partition_size=16, max_context_len=40), expected, rtol=0, atol=0)
+    loose = run_kernel(torch_device, *case, partition_size=16, max_context_len=40)
+    torch.testing.assert_close(loose, expected, rtol=0, atol=0)
 
 
-def every_other_column(x):
+def every_other_column(device, x):
     """x as a view whose last dimension has stride 2: the kernel must follow strides, not assume contiguity."""
-    wide = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], device=DEVICE)
+    wide = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], device=device)
     wide[..., ::2] = torch.from_numpy(x)
     return wide[..., ::2]
 
 
-def test_strided_inputs():
+def test_strided_inputs(torch_device):
     q, k, v, tables, lens = paged_case([12, 33], seed=3)
-    out = paged_attention_decode(every_other_column(q), every_other_column(k), every_other_column(v),
-                                 torch.from_numpy(tables).to(DEVICE), torch.from_numpy(lens).to(DEVICE),
+    strided = [every_other_column(torch_device, x) for x in (q, k, v)]
+    out = paged_attention_decode(*strided, torch.from_numpy(tables).to(torch_device),
+                                 torch.from_numpy(lens).to(torch_device),
                                  partition_size=16)
     np.testing.assert_allclose(out.cpu().numpy(), paged_attention(q, k, v, tables, lens), rtol=1e-5, atol=1e-6)
 
 
-def test_empty_batch():
-    q = torch.zeros(0, 4, 16, device=DEVICE)
-    cache = torch.zeros(2, 16, 2, 16, device=DEVICE)
-    no_tables = torch.zeros(0, 1, dtype=torch.int32, device=DEVICE)
-    no_lens = torch.zeros(0, dtype=torch.int32, device=DEVICE)
+def test_empty_batch(torch_device):
+    q = torch.zeros(0, 4, 16, device=torch_device)
+    cache = torch.zeros(2, 16, 2, 16, device=torch_device)
+    no_tables = torch.zeros(0, 1, dtype=torch.int32, device=torch_device)
+    no_lens = torch.zeros(0, dtype=torch.int32, device=torch_device)
     out = paged_attention_decode(q, cache, cache, no_tables, no_lens)
     assert out.shape == (0, 4, 16)
 
 
-def _bad(**changes):
+def _bad(device, **changes):
     """The arguments of a valid call with some replaced."""
     q, k, v, tables, lens = paged_case([5, 20])
     args = dict(q=torch.from_numpy(q), k_cache=torch.from_numpy(k), v_cache=torch.from_numpy(v),
                 block_tables=torch.from_numpy(tables), context_lens=torch.from_numpy(lens))
     args.update(changes)
-    return {name: x.to(DEVICE) if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x
+    return {name: x.to(device) if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x
             for name, x in args.items()}
 
 
@@ -176,16 +180,17 @@ def _bad(**changes):
      "context_lens must have shape (2,)"),
     (dict(q=torch.zeros(2, 4, 8)), dict(max_context_len=20), "same head size"),
 ])
-def test_bad_input_is_named(changes, kwargs, message):
+def test_bad_input_is_named(changes, kwargs, message, torch_device):
     with pytest.raises(ValueError) as error:
-        paged_attention_decode(**_bad(**changes), **kwargs)
+        paged_attention_decode(**_bad(torch_device, **changes), **kwargs)
     assert message in str(error.value)
 
 
-@pytest.mark.skipif(DEVICE != "cpu", reason="only a CPU has tensors on the wrong device for Triton here")
-def test_cuda_tensors_are_refused_by_the_interpreter():
+def test_cuda_tensors_are_refused_by_the_interpreter(torch_device):
+    if torch_device != "cpu":
+        pytest.skip("only a CPU has tensors on the wrong device for Triton here")
     with pytest.raises(ValueError, match="q must be on cpu"):
-        paged_attention_decode(**_bad(q=torch.zeros(2, 4, 16, device="meta")))
+        paged_attention_decode(**_bad(torch_device, q=torch.zeros(2, 4, 16, device="meta")))
 
 
 def test_planning_helpers():
@@ -217,7 +222,7 @@ def test_benchmark_script_checks_the_kernel_on_a_cpu(tmp_path):
     assert saved["rows"] and all(row["correct"] for row in saved["rows"])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or DEVICE != "cuda", reason="needs a CUDA GPU (the lead's run)")
+@pytest.mark.gpu  # the lead's run
 class TestOnGPU:
     """bf16 at the issue's shape (Llama-3-8B heads, B = 64, context 4096, blocks of 16) vs SDPA on a contiguous copy."""
 

@@ -103,7 +103,7 @@ def _as_result(grade: NotebookGrade, key: str) -> dict:
     return {
         "key": key, "exercise": grade.exercise, "seed": grade.seed,
         "score": grade.score, "max_score": grade.max_score, "skipped": grade.skipped,
-        "checks": [vars(c) for c in grade.checks.values()],
+        "checks": [c.record() for c in grade.checks.values()],
         "notes": grade.notes, "enforced": grade.enforced, "seconds": grade.seconds,
         "notebook": grade.notebook,
     }

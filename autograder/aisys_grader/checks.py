@@ -37,13 +37,17 @@ class Check:
 
     @property
     def description(self) -> str:
-        return (self.function.__doc__ or self.name).strip().splitlines()[0]
+        """The docstring's first paragraph, on one line (a long one wraps in the source)."""
+        return " ".join((self.function.__doc__ or self.name).strip().split("\n\n")[0].split())
 
 
 @dataclass(frozen=True)
 class Result:
+    """What a check found: passed, failed (the message says how), or skipped (it cannot run here). `run` gives one
+    run's; the grading engine keeps one per check for its visible then hidden runs (engine._run_check)."""
+
     check: Check
-    hidden: bool
+    hidden: bool  # whether the cases judged were hidden ones: hidden data then reached the student's code
     passed: bool
     message: str
     skipped: bool = False  # the check could not run here (it needs a GPU): neither passed nor failed
@@ -59,6 +63,11 @@ class Result:
     @property
     def score(self) -> float:
         return self.check.points if self.passed else 0.0
+
+    def record(self) -> dict:
+        """The result as a grade report keeps it (plain data: the check by its name and points)."""
+        return {"name": self.check.name, "points": self.check.points, "passed": self.passed, "message": self.message,
+                "skipped": self.skipped}
 
 
 _REGISTRY: dict[str, dict[str, Check]] = {}
@@ -177,16 +186,41 @@ def compare_timed(student: Student, function: str, make_case: Callable[[np.rando
                            f"the slowest took {max(mine) * 1e3:.1f} {unit}")
 
 
-def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *,
-                  returns: str, hidden: bool, rtol: float | None = None, atol: float | None = None) -> None:
-    """Call `function` on each case (keyword arguments) and compare with `reference` on the same case."""
+def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *, returns: str,
+                  hidden: bool, tolerance=None, same_dtype: bool = False, hint: Callable | None = None,
+                  compare: Callable | None = None, call: Callable[[dict], str] | None = None) -> None:
+    """Call `function` on each case (keyword arguments) and compare with `reference(**case)` as plain data; the first
+    case that differs fails the check, with a message naming the case, the call and what differed.
+
+    tolerance   (rtol, atol) for every case, or a function of the case giving them; None, for either or both, takes
+                the default of the expected value's dtype (compare.tolerance)
+    same_dtype  an array must also have the reference's dtype (assert_close compares values)
+    hint        hint(case, got, expected): what such a difference usually means, added to the message of a wrong
+                result ("" when there is nothing to add), never to an error the student's code raised; like every
+                message, it quotes a case's values only through compare.shown or unredacted
+    compare     compare(got, expected, case), raising CheckFailure, instead of the comparison above: for a result
+                judged piece by piece
+    call        call(case): how a message names the call, instead of function(argument=describe(value), ...)
+    """
     __tracebackhide__ = True
     cases = list(cases)
     for i, case in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+        named = call(case) if call else f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {named}"
         expected = plain.to_plain(reference(**case))
         try:
-            assert_close(student.call(function, returns=returns, **case), expected, rtol=rtol, atol=atol)
+            got = student.call(function, returns=returns, **case)
         except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}") from None
+            raise CheckFailure(f"{label}: {failure}") from None
+        try:
+            if compare is not None:
+                compare(got, expected, case)
+            else:
+                rtol, atol = (tolerance(case) if callable(tolerance) else tolerance) or (None, None)
+                if same_dtype and isinstance(got, np.ndarray) and isinstance(expected, np.ndarray) and \
+                        got.dtype != expected.dtype:
+                    raise CheckFailure(f"result: expected dtype {expected.dtype}, got {got.dtype}")
+                assert_close(got, expected, rtol=rtol, atol=atol)
+        except CheckFailure as failure:
+            more = hint(case, got, expected) if hint else ""
+            raise CheckFailure(f"{label}: {failure}" + (f". {more}" if more else "")) from None

@@ -10,7 +10,8 @@ MAX_STATUS = 125  # exit statuses from 126 up mean "cannot run", "not found" and
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aisys-grader", description="Exercise notebooks and grading for aisys.")
     commands = parser.add_subparsers(dest="command", required=True)
-    generate_parser = commands.add_parser("generate", help="regenerate exercises/ and autograder/source/ from solutions/")
+    generate_parser = commands.add_parser("generate",
+                                          help="regenerate exercises/ and autograder/source/ from solutions/")
     generate_parser.add_argument("exercises", nargs="*", help="only these, as <chapter>/<name> (default: all)")
     new_parser = commands.add_parser(
         "new", help="start a new exercise: solutions/<chapter>/<name>/ from a template, listed in the book",
@@ -36,9 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--force", action="store_true", help="grade again even what has not changed")
     grade.add_argument("--seed", type=int, default=None,
                        help="the assignment's secret seed (default: drawn once and kept in the gradebook)")
-    grade.add_argument("--csv", type=Path, default=None, help="where to write the grades (default: <course>/grades.csv)")
+    grade.add_argument("--csv", type=Path, default=None,
+                       help="where to write the grades (default: <course>/grades.csv)")
     grade.add_argument("--unsandboxed", action="store_true",
                        help="grade without bubblewrap: submissions can then read the checks and fake their grades")
+    commands.add_parser("sandbox", help="say whether bubblewrap can sandbox grading on this machine (exit status 1 "
+                                        "if it cannot); `aisys doctor` asks this")
     args = parser.parse_args(argv)
 
     if args.command == "generate":
@@ -97,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{not_graded} student{'s' * (not_graded != 1)} not graded (listed above); "
                   "the others are in the gradebook, grades.csv and feedback")
         return min(not_graded, MAX_STATUS)
+    elif args.command == "sandbox":
+        from .sandbox import Sandbox
+
+        sandbox = Sandbox()
+        problem = sandbox.problem()
+        print(problem or f"{sandbox.bwrap} works")
+        return 1 if problem else 0
     return 0
 
 

@@ -16,11 +16,12 @@ caller to record no grade for the notebook at all (autograde.py).
 import ast
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import nbformat
 from . import checks as checks_module
 from . import inert
+from .checks import Result
 from .compare import CheckFailure, redacted
 from .cleanroom import SandboxedRoom
 from .exercise import find
@@ -50,23 +51,10 @@ def _time_limits(timeouts: Timeouts, kernel: SandboxedKernel) -> str:
 
 
 @dataclass
-class CheckOutcome:
-    name: str
-    points: float
-    passed: bool
-    message: str
-    skipped: bool = False  # could not run here (needs a GPU): neither passed nor failed
-
-    @property
-    def score(self) -> float:
-        return self.points if self.passed else 0.0
-
-
-@dataclass
 class NotebookGrade:
     exercise: str
     seed: int
-    checks: dict[str, CheckOutcome]
+    checks: dict[str, Result]  # by check name
     notebook: nbformat.NotebookNode  # the program as run, with outputs: what feedback shows
     notes: list[str] = field(default_factory=list)
     enforced: dict[str, str] = field(default_factory=dict)
@@ -78,7 +66,7 @@ class NotebookGrade:
 
     @property
     def max_score(self) -> float:
-        return sum(c.points for c in self.checks.values())
+        return sum(c.check.points for c in self.checks.values())
 
     @property
     def skipped(self) -> list[str]:
@@ -177,7 +165,8 @@ def _passed(name: str) -> list:
 
 
 def _failed(message: str) -> list:
-    return [nbformat.v4.new_output("error", ename="CheckFailure", evalue=message, traceback=[f"CheckFailure: {message}"])]
+    return [nbformat.v4.new_output("error", ename="CheckFailure", evalue=message,
+                                   traceback=[f"CheckFailure: {message}"])]
 
 
 def _skipped(name: str, message: str) -> list:
@@ -194,10 +183,10 @@ def _withheld(status: str) -> list:
         f"printed could hold that data. Run the notebook yourself to see it.{ended}]\n"))]
 
 
-def _outputs(outcome: "CheckOutcome") -> list:
-    if outcome.passed:
-        return _passed(outcome.name)
-    return _skipped(outcome.name, outcome.message) if outcome.skipped else _failed(outcome.message)
+def _outputs(result: Result) -> list:
+    if result.passed:
+        return _passed(result.check.name)
+    return _skipped(result.check.name, result.message) if result.skipped else _failed(result.message)
 
 
 def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nbformat.NotebookNode | None, *,
@@ -206,7 +195,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
     start = time.monotonic()
     checks = checks_module.checks_for(exercise)
     program = student_program(handout, submission)
-    outcomes: dict[str, CheckOutcome] = {}
+    outcomes: dict[str, Result] = {}
     if submission is None:
         notes = ["the submission could not be read; graded as the blank notebook"]
     else:
@@ -227,8 +216,8 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
                 if name in checks:
                     reaches = student if kernel.alive() else _Gone(kernel.death or "the kernel ended")
                     with redacted(exposed):
-                        outcomes[name], hidden_ran = _run_check(checks[name], reaches, seed)
-                    exposed = exposed or (hidden_ran and reaches is student)
+                        outcomes[name] = _run_check(checks[name], reaches, seed)
+                    exposed = exposed or (outcomes[name].hidden and reaches is student)
                     cell.outputs = _outputs(outcomes[name])
                 elif kernel.alive():
                     student.sources.append(cell.source)  # what the clean room runs again: see cleanroom.py
@@ -254,7 +243,7 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
         enforced = sandbox.enforced()
     for name, check in checks.items():  # checks never reached: the kernel did not start
         if name not in outcomes:
-            outcomes[name] = _run_check(check, _Gone(notes[-1] if notes else "its cell was not run"), seed)[0]
+            outcomes[name] = _run_check(check, _Gone(notes[-1] if notes else "its cell was not run"), seed)
     return NotebookGrade(exercise, seed, outcomes, program, notes, enforced, time.monotonic() - start)
 
 
@@ -270,20 +259,19 @@ class _Gone(BridgeStudent):
     _room = _reply
 
 
-def _run_check(check, student: BridgeStudent, seed: int) -> tuple[CheckOutcome, bool]:
-    """Visible, then hidden cases, and whether the hidden ones ran. Run even for a dead kernel: a check that
-    cannot run on this machine (needs a GPU) is skipped whatever the notebook did; any other fails at its
-    first call."""
-    hidden_ran = False
+def _run_check(check, student: BridgeStudent, seed: int) -> Result:
+    """Visible, then hidden cases: the first run that does not pass, else the hidden one; its `hidden` says whether
+    hidden data reached the student. Run even for a dead kernel: a check that cannot run on this machine (needs a
+    GPU) is skipped whatever the notebook did; any other fails at its first call."""
     try:
         for hidden in (False, True):
-            hidden_ran = hidden
             result = checks_module.run(check, student, hidden=hidden, seed=seed)
             if not result.passed:
-                gone = isinstance(student, _Gone) and result.failed
-                return CheckOutcome(check.name, check.points, False, f"not graded: {student.why}" if gone
-                                    else result.message, skipped=result.skipped), hidden_ran
+                break
     except Exception as error:  # a bug in the check itself: never blame the student silently
-        return CheckOutcome(check.name, check.points, False,
-                            f"the check itself failed ({type(error).__name__}: {error}); tell your instructor"), True
-    return CheckOutcome(check.name, check.points, True, ""), True
+        # hidden=True: it may have failed after hidden data had reached the student's code
+        return Result(check, True, False,
+                      f"the check itself failed ({type(error).__name__}: {error}); tell your instructor")
+    if result.failed and isinstance(student, _Gone):
+        return replace(result, message=f"not graded: {student.why}")
+    return result

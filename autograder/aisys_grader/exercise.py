@@ -142,7 +142,8 @@ def read_spec(path: Path) -> Spec:
         if key in data and not isinstance(data[key], kind) or isinstance(data.get(key), bool):
             raise ValueError(f"{path}: {key} must be a {kind.__name__}, got {data[key]!r}")
     for key in ("reference", "student_may_import", "clean_room"):
-        bad = [m for m in data.get(key, ()) if not (isinstance(m, str) and re.fullmatch(r"aisys(\.[a-z_][a-z0-9_]*)+", m))]
+        bad = [m for m in data.get(key, ())
+               if not (isinstance(m, str) and re.fullmatch(r"aisys(\.[a-z_][a-z0-9_]*)+", m))]
         if bad:
             raise ValueError(f"{path}: {key} must list aisys module names (as aisys.inference.model), got {bad}")
     both = sorted(set(data["reference"]) & set(data["student_may_import"]))

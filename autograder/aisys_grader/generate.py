@@ -110,7 +110,8 @@ def generate(out: Path | None = None, only: list[str] | None = None, root: Path 
         for chapter in sorted({exercise.split("/")[0] for exercise in exercises}):
             result = api.generate_assignment(chapter, force=True)
             if not result["success"]:
-                raise RuntimeError(f"nbgrader generate_assignment {chapter} failed:\n{result['log']}{result.get('error', '')}")
+                raise RuntimeError(f"nbgrader generate_assignment {chapter} failed:\n"
+                                   f"{result['log']}{result.get('error', '')}")
         for exercise in exercises:
             student = nbformat.read(course / "release" / f"{exercise}.ipynb", as_version=4)
             written.append(_write(student, out / "exercises" / f"{exercise}.ipynb"))

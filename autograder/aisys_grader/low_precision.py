@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+from aisys.tensors import TORCH_DTYPES
 
 
 def rounded(values, dtype: str) -> np.ndarray:

@@ -278,8 +278,7 @@ def winograd_matrices(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
         G[i] = [value / math.prod(p - q for q in others) for value in G[i]]
     B_transposed.append(_polynomial(points))  # infinity: y = y_inf * prod(x - p) + (interpolant of the rest)
     A_transposed = np.array(evaluate(m), dtype=object).T
-    as_float = lambda rows: np.array(rows, dtype=object).astype(np.float64)  # noqa: E731
-    return as_float(A_transposed), as_float(G), as_float(B_transposed)
+    return tuple(np.array(rows, dtype=object).astype(np.float64) for rows in (A_transposed, G, B_transposed))
 
 
 def winograd_conv2d(x, w, padding=0, m: int = 2) -> np.ndarray:

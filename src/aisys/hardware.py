@@ -73,7 +73,8 @@ CHIPS = {
                         "fp16": 312 * TERA, "int8": 624 * TERA},
             memory_bandwidth=2.039e12,
             memory_bytes=80e9,
-            source="NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM column; fp64 is the FP64 Tensor Core figure.",
+            source="NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM column; fp64 is the FP64 Tensor Core "
+                   "figure.",
         ),
         Chip(
             name="NVIDIA GeForce RTX 4090",
@@ -92,7 +93,8 @@ CHIPS = {
             memory_bandwidth=1200e9,
             memory_bytes=32 * 2**30,
             source="Jouppi et al., 'TPU v4: An Optically Reconfigurable Supercomputer for Machine Learning "
-                   "with Hardware Support for Embeddings', ISCA 2023 (275 TFLOP/s bf16, 1,200 GB/s HBM2, 32 GiB per chip).",
+                   "with Hardware Support for Embeddings', ISCA 2023 (275 TFLOP/s bf16, 1,200 GB/s HBM2, "
+                   "32 GiB per chip).",
         ),
         Chip(
             name="AMD EPYC 9654 (Genoa, 96 cores)",

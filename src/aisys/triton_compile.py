@@ -108,7 +108,8 @@ def _specialise(name: str, value) -> tuple:
     from triton.backends.compiler import BaseBackend
 
     if not (isinstance(value, (bool, int, float)) or hasattr(value, "data_ptr")):
-        raise TypeError(f"argument {name} must be a torch tensor, an int, a float or a bool, got {type(value).__name__}")
+        raise TypeError(f"argument {name} must be a torch tensor, an int, a float or a bool, got "
+                        f"{type(value).__name__}")
     kind, attribute = native_specialize_impl(BaseBackend, value, False, True, True)[:2]
     return kind, attribute == "D"
 
@@ -178,7 +179,8 @@ def compile_for_gpu(kernel, *args, num_warps: int = 4, num_stages: int = 3, cc: 
     with tempfile.TemporaryDirectory(prefix="aisys-triton-") as cache:
         job["source_file"] = os.path.join(cache, "kernel_source.py")
         with open(job["source_file"], "w") as file:
-            file.write("import triton\nimport triton.language as tl\n\n\n" + textwrap.dedent(inspect.getsource(function)))
+            file.write("import triton\nimport triton.language as tl\n\n\n"
+                       + textwrap.dedent(inspect.getsource(function)))
         environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": cache,
                        "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
                        "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1")}

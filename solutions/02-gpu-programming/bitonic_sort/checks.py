@@ -16,8 +16,8 @@ import numpy as np
 
 from aisys.cuda_kernels import bitonic_sort as reference
 
-from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import CheckFailure
 from aisys_grader.launches import errors_message
 
 
@@ -40,18 +40,15 @@ def _array(rng, n: int, dtype, order: str = "random") -> np.ndarray:
     return x
 
 
-def _compare(student, arrays: list, hidden: bool) -> None:
+def _sorts(student, arrays: list, hidden: bool) -> None:
+    """bitonic_sort(x) equals np.sort(x) exactly (sorting moves values, it never rounds them), in x's dtype."""
     __tracebackhide__ = True
-    for i, x in enumerate(arrays, 1):
-        where = f"{'hidden case' if hidden else 'case'} {i} of {len(arrays)}: bitonic_sort(x={describe(x)})"
-        got = student.call("bitonic_sort", x=x, returns="array")
-        if got.dtype != x.dtype:
-            raise CheckFailure(f"{where}: the result has dtype {got.dtype}; a sorted copy keeps the dtype of x, "
-                               f"{x.dtype}")
-        try:
-            assert_close(got, np.sort(x), rtol=0.0, atol=0.0)  # sorting moves values, it never rounds them
-        except CheckFailure as failure:
-            raise CheckFailure(f"{where}: {failure}") from None
+    compare_cases(student, "bitonic_sort", [{"x": x} for x in arrays], lambda x: np.sort(x), returns="array",
+                  hidden=hidden, tolerance=(0.0, 0.0), same_dtype=True, hint=_dtype_hint)
+
+
+def _dtype_hint(case, got, expected) -> str:
+    return "A sorted copy keeps the dtype of x" if got.dtype != expected.dtype else ""
 
 
 def _random_cases(rng, sizes) -> list:
@@ -70,7 +67,7 @@ def bitonic_sort_power_of_two(student, rng, hidden):
                  _array(rng, 64, np.float32, "sorted"), _array(rng, 128, np.int32, "reversed"),
                  _array(rng, 512, np.float32, "duplicates")]
         cases += _random_cases(rng, [2 ** int(rng.integers(3, 9))])
-    _compare(student, cases, hidden)
+    _sorts(student, cases, hidden)
 
 
 @check(points=3)
@@ -83,7 +80,7 @@ def bitonic_sort_any_length(student, rng, hidden):
                  _array(rng, 100, np.int32, "sorted"), _array(rng, 1000, np.float32),
                  _array(rng, 1025, np.int32, "positive")]
         cases += _random_cases(rng, [int(rng.integers(5, 300)) | 1])  # odd: never a power of two
-    _compare(student, cases, hidden)
+    _sorts(student, cases, hidden)
 
 
 @check(points=2)

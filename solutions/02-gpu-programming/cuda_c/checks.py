@@ -16,7 +16,7 @@ import aisys.cuda_c.softmax as softmax_reference
 import aisys.cuda_c.transpose as transpose_reference
 
 from aisys_grader.checks import check, compare_cases, require_gpu
-from aisys_grader.compare import CheckFailure, assert_close, describe, unredacted
+from aisys_grader.compare import unredacted
 
 
 BLOCK = sum_reference.BLOCK  # threads per block of the sum; the notebook fixes the same numbers
@@ -43,20 +43,18 @@ def cuda_sum(student, rng, hidden):
         cases = [(n, "normal") for n in (0, 1, 31, 32, 33, BLOCK - 1, BLOCK, BLOCK + 1)]
         cases += [(int(rng.integers(2, 5000)), "normal"), (int(rng.integers(5000, 300_000)), "uniform"),
                   (FULL_PASS, "uniform"), (FULL_PASS + 1, "uniform"), (2**22 + 7, "uniform")]
-    for i, (n, kind) in enumerate(cases, 1):
-        x = _vector(rng, n, kind)
-        expected = float(x.sum(dtype=np.float64))
-        allowed = SUM_ERROR * float(np.abs(x).sum(dtype=np.float64)) + 1e-6
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: cuda_sum(x={describe(x)}) ({n} elements)"
-        try:
-            got = student.call("cuda_sum", x=x, returns="number")
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {failure}") from None
-        try:
-            assert_close(got, expected, rtol=0, atol=allowed)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {failure}; float32 addition in another order may differ from the exact sum "
-                               f"by {SUM_ERROR:g} of sum(|x|){unredacted(f', {allowed:.3g} here')}") from None
+    compare_cases(student, "cuda_sum", [{"x": _vector(rng, n, kind)} for n, kind in cases],
+                  lambda x: float(x.sum(dtype=np.float64)), returns="number", hidden=hidden,
+                  tolerance=lambda case: (0, _sum_allowed(case["x"])), hint=_sum_hint)
+
+
+def _sum_allowed(x) -> float:
+    return SUM_ERROR * float(np.abs(x).sum(dtype=np.float64)) + 1e-6
+
+
+def _sum_hint(case, got, expected) -> str:
+    return (f"Float32 addition in another order may differ from the exact sum by {SUM_ERROR:g} of sum(|x|)"
+            + unredacted(f", {_sum_allowed(case['x']):.3g} here"))
 
 
 # Softmax ------------------------------------------------------------------------------------------------------------
@@ -68,10 +66,6 @@ def _softmax(x):
     return (e / e.sum(axis=1, keepdims=True)).astype(np.float32) if x.size else x.astype(np.float32)
 
 
-def _compare_softmax(student, arrays, hidden):
-    compare_cases(student, "cuda_softmax", [{"x": x} for x in arrays], _softmax, returns="array", hidden=hidden)
-
-
 @check(points=2)
 def cuda_softmax(student, rng, hidden):
     """cuda_softmax(x) returns softmax over each row, for rows short and long, ragged, and empty inputs."""
@@ -81,7 +75,8 @@ def cuda_softmax(student, rng, hidden):
         shapes = [(1, 1), (5, 1), (1, 31), (3, 32), (2, 33), (4, ROW_BLOCK - 1), (3, ROW_BLOCK), (2, ROW_BLOCK + 1),
                   (7, 5000), (300, 67), (0, 10), (3, 0)]
         shapes += [(int(rng.integers(1, 50)), int(rng.integers(2, 3000))) for _ in range(2)]
-    _compare_softmax(student, [(3 * rng.standard_normal(shape)).astype(np.float32) for shape in shapes], hidden)
+    cases = [{"x": (3 * rng.standard_normal(shape)).astype(np.float32)} for shape in shapes]
+    compare_cases(student, "cuda_softmax", cases, _softmax, returns="array", hidden=hidden)
 
 
 def _extreme_rows(rng, rows, cols):
@@ -104,7 +99,7 @@ def cuda_softmax_stable(student, rng, hidden):
     if hidden:
         shapes = [(1, 1), (2, 33), (4, ROW_BLOCK + 1), (3, 3000), (64, int(rng.integers(2, 600)))]
         arrays = [big, one_hot, -big] + [_extreme_rows(rng, rows, cols) for rows, cols in shapes]
-    _compare_softmax(student, arrays, hidden)
+    compare_cases(student, "cuda_softmax", [{"x": x} for x in arrays], _softmax, returns="array", hidden=hidden)
 
 
 # Transpose ----------------------------------------------------------------------------------------------------------
@@ -120,4 +115,4 @@ def cuda_transpose(student, rng, hidden):
         shapes += [tuple(int(s) for s in rng.integers(1500, 2500, size=2))]  # thousands of blocks at once
     cases = [{"a": rng.standard_normal(shape).astype(np.float32)} for shape in shapes]
     compare_cases(student, "cuda_transpose", cases, lambda a: np.ascontiguousarray(a.T), returns="array",
-                  hidden=hidden, rtol=0, atol=0)  # a transpose moves bits
+                  hidden=hidden, tolerance=(0, 0))  # a transpose moves bits

@@ -20,8 +20,8 @@ import numpy as np
 
 from aisys.cuda_kernels import scan as reference
 
-from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import CheckFailure, assert_close
 from aisys_grader.launches import errors_message, lines, profiled, reference_launches, total, where
 
 
@@ -58,18 +58,20 @@ def _atol(x: np.ndarray, length: int) -> float:
     return 2 * levels * float(np.finfo(np.float32).eps) * float(np.abs(x.astype(np.float64)).sum())
 
 
-def _compare(student, function: str, arrays: list, truth, length, hidden: bool) -> None:
+def _scans(student, function: str, arrays: list, truth, length, hidden: bool) -> None:
+    """`function`(x) equals `truth`(x) in x's dtype, within the rounding of scans of `length`(x.size) elements.
+    (The truth of a float32 scan is float64, so the dtype is x's, not the truth's.)"""
     __tracebackhide__ = True
-    for i, x in enumerate(arrays, 1):
-        where = f"{'hidden case' if hidden else 'case'} {i} of {len(arrays)}: {function}(x={describe(x)})"
-        got = student.call(function, x=x, returns="array")
+
+    def compare(got, expected, case):
+        x = case["x"]
         if got.dtype != x.dtype:
-            raise CheckFailure(f"{where}: the result has dtype {got.dtype}; a scan keeps the dtype of x, {x.dtype} "
+            raise CheckFailure(f"the result has dtype {got.dtype}; a scan keeps the dtype of x, {x.dtype} "
                                f"(np.cumsum(x, dtype=x.dtype))")
-        try:
-            assert_close(got, truth(x), rtol=0.0, atol=_atol(x, length(x.size)))
-        except CheckFailure as failure:
-            raise CheckFailure(f"{where}: {failure}") from None
+        assert_close(got, expected, rtol=0.0, atol=_atol(x, length(x.size)))
+
+    compare_cases(student, function, [{"x": x} for x in arrays], truth, returns="array", hidden=hidden,
+                  compare=compare)
 
 
 def _cases(rng, sizes_and_dtypes) -> list:
@@ -84,7 +86,7 @@ def block_scan(student, rng, hidden):
         cases = [(1, np.float32), (31, np.int64), (32, np.int32), (33, np.float32), (255, np.int32),
                  (256, np.int64), (257, np.float32), (1000, np.int32)]
         cases += [(int(rng.integers(2, 1500)), dtype) for dtype in (np.float32, np.int64)]
-    _compare(student, "block_scan", _cases(rng, cases), _block_cumsum, lambda n: min(n, SECTION), hidden)
+    _scans(student, "block_scan", _cases(rng, cases), _block_cumsum, lambda n: min(n, SECTION), hidden)
 
 
 @check(points=3)
@@ -95,7 +97,7 @@ def scan(student, rng, hidden):
         cases = [(0, np.int32), (1, np.int64), (31, np.float32), (32, np.int32), (33, np.int64),
                  (257, np.float32), (1000, np.int32), (5000, np.int64), (5000, np.float32), (LONG, np.float32)]
         cases += [(int(rng.integers(2, 3000)), dtype) for dtype in (np.int32, np.int64)]
-    _compare(student, "scan", _cases(rng, cases), _cumsum, lambda n: n, hidden)
+    _scans(student, "scan", _cases(rng, cases), _cumsum, lambda n: n, hidden)
 
 
 def _launches(student, function: str, x: np.ndarray) -> list[dict]:

@@ -15,7 +15,8 @@ from aisys.cuda_kernels import transpose as reference
 
 from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure
-from aisys_grader.launches import efficiency, errors_message, least_efficient, lines, profiled, reference_launches, total, where
+from aisys_grader.launches import (efficiency, errors_message, least_efficient, lines, profiled, reference_launches,
+                                   total, where)
 
 
 # Full tiles only: every row of a tile starts on a 32-byte sector, so a coalesced kernel scores 100 %.
@@ -43,7 +44,7 @@ def transpose(student, rng, hidden):
         shapes += [tuple(int(s) for s in rng.integers(1, 80, size=2)) for _ in range(2)]
     cases = [{"a": _matrix(rng, shape, dtype)} for shape in shapes for dtype in (np.float32, np.int32)
              if not (hidden and shape == (257, 129) and dtype == np.int32)]  # the large one once
-    compare_cases(student, "transpose", cases, _truth, returns="array", hidden=hidden, rtol=0, atol=0)  # moves bits
+    compare_cases(student, "transpose", cases, _truth, returns="array", hidden=hidden, tolerance=(0, 0))  # moves bits
 
 
 @cache
@@ -91,7 +92,8 @@ def transpose_no_bank_conflicts(student, rng, hidden):
         f"(the reference: {theirs}). The worst is {where(worst)} ({worst['kind']}): {worst['wavefronts']} "
         f"wavefronts for {worst['requests']} warp instructions, {ways:.1f}-way on average. Shared memory has 32 "
         f"banks of 4 bytes; in a tile of 32 columns, a column lies in one bank, so a warp reading a column is "
-        f"served one lane at a time. Pad each row by one element, a (TILE, TILE + 1) tile, and a column spans all banks")
+        f"served one lane at a time. Pad each row by one element, a (TILE, TILE + 1) tile, and a column spans all "
+        f"banks")
 
 
 @check(points=1)

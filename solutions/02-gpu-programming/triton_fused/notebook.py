@@ -43,37 +43,25 @@
 # bytes is the speed-up to expect.
 
 # %%
-import numpy as np
-
 from aisys import device
 
 device.use_triton_interpreter()  # before triton is imported: on a CPU, Triton runs in its interpreter
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from aisys import roofline  # noqa: E402
-from aisys.dtypes import bytes_per_element  # noqa: E402
-from aisys.hardware import chip  # noqa: E402
-from aisys_grader import checker  # noqa: E402
+from aisys import roofline
+from aisys.dtypes import bytes_per_element
+from aisys.hardware import chip
+from aisys.tensors import to_device, to_numpy  # numpy arrays to tensors on DEVICE, and back
+from aisys_grader import checker
 
 check = checker("02-gpu-programming/triton_fused", globals())
 
 DEVICE = device.current()
 print(device.describe())
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def to_torch(array, dtype="fp32"):
-    """A numpy array as a tensor of `dtype` ('fp32', 'fp16' or 'bf16') on DEVICE."""
-    return torch.as_tensor(np.asarray(array, dtype=np.float32)).to(DEVICE, TORCH_DTYPES[dtype])
-
-
-def to_numpy(tensor):
-    """A tensor as a float32 numpy array (numpy has no bfloat16; float32 holds its values exactly)."""
-    return tensor.float().cpu().numpy()
 
 
 # %% [markdown]
@@ -185,8 +173,8 @@ def triton_bias_gelu_residual(x, bias, residual, block=1024):
 
 # %%
 def bias_gelu_residual(x, bias, residual, dtype="fp32"):
-    """What the checks call: numpy in (values of `dtype`), numpy float32 out."""
-    x, bias, residual = (to_torch(a, dtype) for a in (x, bias, residual))
+    """What the checks call: numpy in (values of `dtype`), numpy out in `dtype` (bf16 as float32)."""
+    x, bias, residual = (to_device(a, dtype) for a in (x, bias, residual))
     return to_numpy(triton_bias_gelu_residual(x, bias, residual))
 
 

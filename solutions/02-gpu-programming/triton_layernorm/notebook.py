@@ -44,28 +44,18 @@ from aisys import device
 
 device.use_triton_interpreter()  # before triton is imported: on a CPU, Triton runs in its interpreter
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from aisys_grader import checker  # noqa: E402
+from aisys.tensors import to_device, to_numpy  # numpy arrays to tensors on DEVICE, and back
+from aisys_grader import checker
 
 check = checker("02-gpu-programming/triton_layernorm", globals())
 
 DEVICE = device.current()
 print(device.describe())
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def to_torch(array, dtype="fp32"):
-    """A numpy array as a tensor of `dtype` ('fp32', 'fp16' or 'bf16') on DEVICE."""
-    return torch.as_tensor(np.asarray(array, dtype=np.float32)).to(DEVICE, TORCH_DTYPES[dtype])
-
-
-def to_numpy(tensor):
-    """A tensor as a float32 numpy array (numpy has no bfloat16; float32 holds its values exactly)."""
-    return tensor.float().cpu().numpy()
 
 
 # %% [markdown]
@@ -170,8 +160,8 @@ def triton_layer_norm(x, weight, bias, eps=1e-5, block=1024):
 
 # %%
 def layer_norm(x, weight, bias, eps=1e-5, dtype="fp32", block=1024):
-    """What the checks call: numpy in (values of `dtype`), numpy float32 out."""
-    x, weight, bias = (to_torch(a, dtype) for a in (x, weight, bias))
+    """What the checks call: numpy in (values of `dtype`), numpy out in `dtype` (bf16 as float32)."""
+    x, weight, bias = (to_device(a, dtype) for a in (x, weight, bias))
     return to_numpy(triton_layer_norm(x, weight, bias, eps, block))
 
 
@@ -256,8 +246,8 @@ def triton_rms_norm(x, weight, eps=1e-6, block=1024):
 
 # %%
 def rms_norm(x, weight, eps=1e-6, dtype="fp32", block=1024):
-    """What the checks call: numpy in (values of `dtype`), numpy float32 out."""
-    x, weight = to_torch(x, dtype), to_torch(weight, dtype)
+    """What the checks call: numpy in (values of `dtype`), numpy out in `dtype` (bf16 as float32)."""
+    x, weight = to_device(x, dtype), to_device(weight, dtype)
     return to_numpy(triton_rms_norm(x, weight, eps, block))
 
 

@@ -14,10 +14,11 @@ import numpy as np
 import torch
 
 from aisys.triton_kernels import reduction as reference  # noqa: F401  the answer key: kept out of the grading kernel
+from aisys.tensors import TORCH_DTYPES
 
-from aisys_grader.checks import check
+from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure, assert_close, describe, shown, tolerance
-from aisys_grader.low_precision import TORCH_DTYPES, as_sent
+from aisys_grader.low_precision import as_sent
 
 
 DTYPES = tuple(TORCH_DTYPES)
@@ -41,31 +42,22 @@ def _values(rng, shape, kind: str) -> np.ndarray:
     return values
 
 
-def _expected(reduce, x, dtype):
-    """torch's answer in float64, rounded to `dtype` (as float32 for fp16 and bf16, which numpy or the bridge lack)."""
-    result = reduce(torch.from_numpy(np.asarray(x, np.float64))).to(TORCH_DTYPES[dtype])
-    return result.item() if result.ndim == 0 else result.float().numpy()
+def _truth(reduce):
+    """The reference of a case (its data, x or a, and its dtype): torch's answer in float64, rounded to the dtype
+    (as float32 for fp16 and bf16, which numpy or the bridge lack)."""
+    def expected(dtype, **data):
+        (values,) = data.values()
+        result = reduce(torch.from_numpy(np.asarray(values, np.float64))).to(TORCH_DTYPES[dtype])
+        return result.item() if result.ndim == 0 else result.float().numpy()
+    return expected
 
 
-def _compare(student, function, cases, reduce, returns, hidden, hint):
-    """Each case against torch, within its dtype's tolerance; a wrong value gets `hint(got, expected, data)`."""
-    for i, case in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-        data, dtype = next(iter(case.values())), case["dtype"]
-        expected = _expected(reduce, data, dtype)
-        rtol, atol = tolerance(dtype)
-        try:
-            got = student.call(function, returns=returns, **case)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}") from None
-        try:
-            assert_close(got, expected, rtol=rtol, atol=atol)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}. {hint(got, expected, data)}") from None
+def _dtype_tolerance(case) -> tuple[float, float]:
+    return tolerance(case["dtype"])
 
 
-def _sum_hint(got, expected, data) -> str:
+def _sum_hint(case, got, expected) -> str:
+    data = case["x"] if "x" in case else case["a"]
     if not np.isfinite(got).all():
         return ("inf or NaN from finite data: a load read past the end of the data. Mask every load "
                 "(mask=offs < n) and pad with the identity of the operation (other=0.0 for a sum).")
@@ -76,7 +68,7 @@ def _sum_hint(got, expected, data) -> str:
             "the same way, pass after pass, until one value is left.")
 
 
-def _max_hint(got, expected, data) -> str:
+def _max_hint(case, got, expected) -> str:
     if (np.asarray(got) == 0).any() and (np.asarray(expected) < 0).any():
         return ("0 where the data are negative: masked lanes hold `other`, and for a maximum it must be -inf, the "
                 "identity of max (other=float('-inf'), and an accumulator that starts at -inf).")
@@ -116,27 +108,31 @@ MAX_KINDS = ("mixed", "some -inf", "all -inf", "negative")  # 'negative' last: t
 @check(points=2)
 def vector_sum(student, rng, hidden):
     """vector_sum(x, dtype) returns the sum of x rounded to its dtype, for any length and fp32, fp16 and bf16."""
-    _compare(student, "vector_sum", _vector_cases(rng, hidden, ("positive",)), torch.sum, "number", hidden, _sum_hint)
+    compare_cases(student, "vector_sum", _vector_cases(rng, hidden, ("positive",)), _truth(torch.sum),
+                  returns="number", hidden=hidden, tolerance=_dtype_tolerance, hint=_sum_hint)
 
 
 @check(points=2)
 def vector_max(student, rng, hidden):
     """vector_max(x, dtype) returns the largest element, for negative data and -inf entries too."""
-    _compare(student, "vector_max", _vector_cases(rng, hidden, MAX_KINDS), torch.max, "number", hidden, _max_hint)
+    compare_cases(student, "vector_max", _vector_cases(rng, hidden, MAX_KINDS), _truth(torch.max),
+                  returns="number", hidden=hidden, tolerance=_dtype_tolerance, hint=_max_hint)
 
 
 @check(points=2)
 def row_sums(student, rng, hidden):
     """row_sums(a, dtype) returns the sum of each row, for rows shorter and longer than a block."""
     cases = _matrix_cases(rng, hidden, ("positive",))
-    _compare(student, "row_sums", cases, lambda a: a.sum(dim=1), "array", hidden, _sum_hint)
+    compare_cases(student, "row_sums", cases, _truth(lambda a: a.sum(dim=1)), returns="array", hidden=hidden,
+                  tolerance=_dtype_tolerance, hint=_sum_hint)
 
 
 @check(points=2)
 def row_max(student, rng, hidden):
     """row_max(a, dtype) returns the largest element of each row, for rows of negative numbers and of -inf too."""
     cases = _matrix_cases(rng, hidden, MAX_KINDS)
-    _compare(student, "row_max", cases, lambda a: a.amax(dim=1), "array", hidden, _max_hint)
+    compare_cases(student, "row_max", cases, _truth(lambda a: a.amax(dim=1)), returns="array", hidden=hidden,
+                  tolerance=_dtype_tolerance, hint=_max_hint)
 
 
 def _raises_value_error(student, function, why, **case):

@@ -46,10 +46,12 @@ from aisys import device
 
 device.use_triton_interpreter()  # before triton is imported: on a CPU, Triton runs in its interpreter
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from aisys_grader import checker  # noqa: E402
+import torch
+import triton
+import triton.language as tl
+
+from aisys.tensors import TORCH_DTYPES, to_device, to_numpy  # numpy arrays to tensors on DEVICE, and back
+from aisys_grader import checker
 
 check = checker("02-gpu-programming/triton_reduction", globals())
 
@@ -57,26 +59,6 @@ DEVICE = device.current()
 print(device.describe())
 
 BLOCK = 128  # elements a program loads at once; small, for the interpreter's sake
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def to_device(x, dtype):
-    """The numpy array x as a contiguous tensor of `dtype` ("fp32", "fp16" or "bf16") on DEVICE.
-
-    The tensor is the start of a longer buffer whose tail holds the dtype's largest number: a
-    load past the end (a missing mask) puts that number in your result. On a GPU such a load
-    reads whatever lies there, or faults."""
-    values = torch.from_numpy(np.ascontiguousarray(x)).to(TORCH_DTYPES[dtype])
-    buffer = torch.full((2 * values.numel() + 1024,), torch.finfo(values.dtype).max, dtype=values.dtype,
-                        device=DEVICE)
-    buffer[:values.numel()] = values.reshape(-1).to(DEVICE)
-    return buffer[:values.numel()].view(values.shape)
-
-
-def to_numpy(t):
-    """A tensor as a numpy array on the host (bfloat16, which numpy lacks, as float32)."""
-    t = t.detach().cpu()
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
 
 # %% [markdown]

@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 from aisys.triton_kernels import softmax as reference  # noqa: F401  the answer key: kept out of the grading kernel
+from aisys.tensors import TORCH_DTYPES
 
-from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe, tolerance
-from aisys_grader.low_precision import TORCH_DTYPES, as_sent
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import tolerance
+from aisys_grader.low_precision import as_sent
 
 
 DTYPES = tuple(TORCH_DTYPES)
@@ -67,14 +68,15 @@ def _matrix(rng, shape, kinds, block):
     return np.stack([_row(rng, cols, kinds[i % len(kinds)], block) for i in range(rows)]) if rows else np.zeros(shape)
 
 
-def _hint(function, got, expected) -> str:
-    """What the kind of difference between `got` and `expected` usually means."""
+def _hint(case, got, expected) -> str:
+    """What the kind of difference between `got` and `expected` usually means (for softmax_online: a block given)."""
+    online = "block" in case
     if got.shape != expected.shape:
         return "Return an array of x's shape (rows, cols)."
     if (np.isnan(got) & ~np.isnan(expected)).any():
         hint = ("NaN where torch gives numbers: subtract the row's maximum before tl.exp (exp(1e4) overflows to inf, "
                 "and near -1e4 every exp underflows to 0, so the division is inf / inf or 0 / 0).")
-        if function == "softmax_online":
+        if online:
             hint += (" In the online pass, while every entry so far is -inf, m and m_new are both -inf and "
                      "exp(m - m_new) is NaN, which spoils d for the rest of the row: use a finite stand-in for m_new "
                      "in the exps then (m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)).")
@@ -83,7 +85,7 @@ def _hint(function, got, expected) -> str:
         return ("A row of only -inf has no finite maximum: torch.softmax gives NaN there, and so does exp(x - m) / d "
                 "with m = -inf. A number there means some lane held something else than -inf: pad masked loads "
                 "with other=float('-inf'), never 0.")
-    if function == "softmax_online":
+    if online:
         return ("When a block raises the running max from m to m_new, the running sum so far was taken against m: "
                 "d = d * exp(m - m_new) + sum(exp(x - m_new)). Mask every load of the last, partial block with "
                 "other=float('-inf').")
@@ -91,21 +93,10 @@ def _hint(function, got, expected) -> str:
             "adds exp(-m) to the sum). Row `row` starts at x_ptr + row * x.stride(0).")
 
 
-def _compare(student, function, cases, hidden):
+def _matches_torch(student, function, cases, hidden):
     """Each case against torch, within its dtype's tolerance; a wrong value says what the difference suggests."""
-    for i, case in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-        expected = _expected(**case)
-        rtol, atol = TOLERANCE[case["dtype"]]
-        try:
-            got = student.call(function, returns="array", **case)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}") from None
-        try:
-            assert_close(got, expected, rtol=rtol, atol=atol)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}. {_hint(function, got, expected)}") from None
+    compare_cases(student, function, cases, _expected, returns="array", hidden=hidden,
+                  tolerance=lambda case: TOLERANCE[case["dtype"]], hint=_hint)
 
 
 def _cases(rng, hidden, kinds, online):
@@ -129,22 +120,22 @@ def _cases(rng, hidden, kinds, online):
 @check(points=2)
 def softmax_rows(student, rng, hidden):
     """softmax_rows(x, dtype) matches torch.softmax over rows, for ragged row lengths, empties and every dtype."""
-    _compare(student, "softmax_rows", _cases(rng, hidden, ("ordinary",), online=False), hidden)
+    _matches_torch(student, "softmax_rows", _cases(rng, hidden, ("ordinary",), online=False), hidden)
 
 
 @check(points=2)
 def softmax_rows_stable(student, rng, hidden):
     """softmax_rows stays right at +-1e4 and with -inf entries; a row of only -inf gives NaN, as torch."""
-    _compare(student, "softmax_rows", _cases(rng, hidden, STABLE_KINDS, online=False), hidden)
+    _matches_torch(student, "softmax_rows", _cases(rng, hidden, STABLE_KINDS, online=False), hidden)
 
 
 @check(points=3)
 def softmax_online(student, rng, hidden):
     """softmax_online(x, block, dtype) matches torch.softmax on rows of many blocks (and of one)."""
-    _compare(student, "softmax_online", _cases(rng, hidden, ("ordinary",), online=True), hidden)
+    _matches_torch(student, "softmax_online", _cases(rng, hidden, ("ordinary",), online=True), hidden)
 
 
 @check(points=2)
 def softmax_online_stable(student, rng, hidden):
     """softmax_online stays right at +-1e4, with -inf entries and with a leading run of -inf longer than a block."""
-    _compare(student, "softmax_online", _cases(rng, hidden, STABLE_KINDS, online=True), hidden)
+    _matches_torch(student, "softmax_online", _cases(rng, hidden, STABLE_KINDS, online=True), hidden)

@@ -14,7 +14,8 @@ from aisys.cuda_kernels import vector_add as reference
 
 from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure
-from aisys_grader.launches import efficiency, errors_message, least_efficient, profiled, reference_launches, total, where
+from aisys_grader.launches import (efficiency, errors_message, least_efficient, profiled, reference_launches, total,
+                                   where)
 
 
 PATTERN_SIZE = 5000  # about ten times the grid the notebook asks for: each thread takes about ten steps

@@ -14,8 +14,8 @@ import math
 from aisys import dtypes, gemm_tiling
 from aisys.gemm_tiling import Tiling, fits
 
-from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe, redacting
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import CheckFailure, assert_close, redacting
 from aisys_grader.plain import to_plain
 
 ALL_DTYPES = list(dtypes.BITS)
@@ -32,23 +32,6 @@ def _matches(got, value) -> bool:
     except CheckFailure:
         return False
     return True
-
-
-def _compare(student, function, cases, reference, hint, *, returns, hidden):
-    """Each case against `reference`; a wrong result gets `hint(case, got, expected)`, what the difference suggests."""
-    __tracebackhide__ = True
-    for i, case in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-        expected = to_plain(reference(**case))
-        try:
-            got = student.call(function, returns=returns, **case)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}") from None
-        try:
-            assert_close(got, expected)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}. {hint(case, got, expected)}") from None
 
 
 def _size(rng, high: int = 5) -> int:
@@ -97,7 +80,8 @@ def tile_reads(student, rng, hidden):
         cases += [(_size(rng, 4), _size(rng, 4), _size(rng, 4), int(rng.integers(1, 300)), int(rng.integers(1, 300)))
                   for _ in range(10)]
     cases = [dict(zip(("M", "N", "K", "tile_m", "tile_n"), case)) for case in cases]
-    _compare(student, "tile_reads", cases, gemm_tiling.tile_reads, _tile_reads_hint, returns="number", hidden=hidden)
+    compare_cases(student, "tile_reads", cases, gemm_tiling.tile_reads, returns="number", hidden=hidden,
+                  hint=_tile_reads_hint)
 
 
 # 2. Traffic at each level
@@ -151,8 +135,8 @@ def _traffic_cases(rng, hidden) -> list[dict]:
 @check(points=2)
 def traffic(student, rng, hidden):
     """traffic(M, N, K, dtype, tiling, out_dtype) gives FLOPs, bytes at each level, C's store and intensities."""
-    _compare(student, "traffic", _traffic_cases(rng, hidden), _traffic_reference, _traffic_hint,
-             returns="mapping", hidden=hidden)
+    compare_cases(student, "traffic", _traffic_cases(rng, hidden), _traffic_reference, returns="mapping",
+                  hidden=hidden, hint=_traffic_hint)
 
 
 # 3. A block's resources
@@ -192,8 +176,8 @@ def _resources_cases(rng, hidden) -> list[dict]:
 @check(points=1)
 def resources(student, rng, hidden):
     """resources(tiling, dtype) gives a block's threads, shared memory, and accumulator registers per thread."""
-    _compare(student, "resources", _resources_cases(rng, hidden), _resources_reference, _resources_hint,
-             returns="mapping", hidden=hidden)
+    compare_cases(student, "resources", _resources_cases(rng, hidden), _resources_reference, returns="mapping",
+                  hidden=hidden, hint=_resources_hint)
 
 
 # 4. The best tile that fits
@@ -297,6 +281,6 @@ def _best_cases(rng, hidden) -> list[dict]:
 @check(points=2)
 def best_tiling(student, rng, hidden):
     """best_tiling(...) picks the fitting candidate of highest global intensity, with the ties broken as stated."""
-    _compare(student, "best_tiling", _best_cases(rng, hidden), _best_reference, _best_hint, returns="any",
-             hidden=hidden)
+    compare_cases(student, "best_tiling", _best_cases(rng, hidden), _best_reference, returns="any", hidden=hidden,
+                  hint=_best_hint)
 

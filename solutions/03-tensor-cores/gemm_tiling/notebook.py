@@ -46,7 +46,8 @@
 # the $k$ that exist. So each row of $A$ is loaded once per *column* of tiles and each column
 # of $B$ once per *row* of tiles:
 #
-# $$\text{reads}(t_m, t_n) = M K \left\lceil N / t_n \right\rceil + K N \left\lceil M / t_m \right\rceil \text{ elements.}$$
+# $$\text{reads}(t_m, t_n) = M K \left\lceil N / t_n \right\rceil
+#   + K N \left\lceil M / t_m \right\rceil \text{ elements.}$$
 #
 # The same formula counts every level: block tiles ($BM, BN$) for global → shared, warp
 # tiles ($WM, WN$) for shared → registers, thread tiles ($TM, TN$) for the operands the FMA

@@ -21,8 +21,8 @@ import numpy as np
 
 from aisys import conv
 
-from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe, redacting
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import CheckFailure, assert_close, unredacted
 
 
 # (H, W, (kh, kw), (sh, sw), (ph, pw), (dh, dw)): the edges every hidden run covers
@@ -82,25 +82,6 @@ def _hidden_plan(rng, random_count: int) -> list[tuple]:
     return plan
 
 
-def _compare(student, function, cases, reference, hint, hidden):
-    """Each case against `reference`, with x's dtype kept, and a hint for what a difference usually means."""
-    __tracebackhide__ = True
-    for i, case in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-        expected = reference(**case)
-        try:
-            got = student.call(function, returns="array", **case)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}") from None
-        try:
-            if got.dtype != expected.dtype:
-                raise CheckFailure(f"result: expected dtype {expected.dtype} (x's dtype), got {got.dtype}")
-            assert_close(got, expected)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}. {hint(case, got, expected)}") from None
-
-
 def _dtype_or_shape_hint(got, expected, shape_hint: str) -> str | None:
     if got.shape != expected.shape:
         return shape_hint
@@ -131,25 +112,17 @@ def output_size(student, rng, hidden):
             H, _, kernel, stride, padding, dilation = _random_geometry(rng)
             cases.append((H, kernel[0], stride[0], padding[0], dilation[0]))
     names = ("size", "kernel", "stride", "padding", "dilation")
-    for i, values in enumerate(cases, 1):
-        case = dict(zip(names, values))
-        expected = conv.output_size(**case)
-        call = f"output_size({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-        got = student.call("output_size", returns="integer", **case)
-        if got != expected:
-            size, kernel, stride, padding, dilation = values
-            span = dilation * (kernel - 1) + 1
-            if redacting():  # the five integers are the hidden case
-                raise CheckFailure(
-                    f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {call}: differs from the reference. "
-                    "The kernel spans dilation (kernel - 1) + 1 pixels of the padded input's size + 2 padding; "
-                    "windows start every `stride` pixels, and one that would run past the end is dropped: "
-                    "floor((size + 2 padding - span) / stride) + 1, rounding down, never up.")
-            raise CheckFailure(
-                f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {call}: expected {expected}, got {got}. "
-                f"The kernel spans dilation (kernel - 1) + 1 = {span} pixels of the padded input's "
-                f"{size + 2 * padding}; windows start every {stride} pixels, and one that would run past the end is "
-                f"dropped: floor((size + 2 padding - span) / stride) + 1, rounding down, never up.")
+    compare_cases(student, "output_size", [dict(zip(names, values)) for values in cases], conv.output_size,
+                  returns="integer", hidden=hidden, hint=_output_size_hint)
+
+
+def _output_size_hint(case, got, expected) -> str:
+    size, kernel, stride, padding, dilation = (case[k] for k in ("size", "kernel", "stride", "padding", "dilation"))
+    span = dilation * (kernel - 1) + 1  # the five integers are the case, hidden ones too: unredacted only
+    return (f"The kernel spans dilation (kernel - 1) + 1{unredacted(f' = {span}')} pixels of the padded input's "
+            f"{unredacted(f'{size + 2 * padding}', 'size + 2 padding')}; windows start every "
+            f"{unredacted(f'{stride}', '`stride`')} pixels, and one that would run past the end is dropped: "
+            "floor((size + 2 padding - span) / stride) + 1, rounding down, never up.")
 
 
 def _im2col_hint(case, got, expected) -> str:
@@ -178,7 +151,8 @@ def im2col(student, rng, hidden):
     for i, ((H, W, *geometry), dtype) in enumerate(plan):
         B, C = (1 + i % 2, 1 + i % 3) if hidden else (1, 2)  # batch 1 and channels 1 among them
         cases.append({"x": _data(rng, (B, C, H, W), dtype), **_arguments(*geometry)})
-    _compare(student, "im2col", cases, conv.im2col, _im2col_hint, hidden)
+    compare_cases(student, "im2col", cases, conv.im2col, returns="array", hidden=hidden, same_dtype=True,
+                  hint=_im2col_hint)
 
 
 def _conv_cases(rng, hidden, grouped: bool) -> list[dict]:
@@ -230,13 +204,15 @@ def _conv_hint(case, got, expected) -> str:
 @check(points=2)
 def conv2d_gemm(student, rng, hidden):
     """conv2d_gemm(x, w, stride, padding, dilation, groups=1) equals F.conv2d, exactly for integers."""
-    _compare(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=False), _conv_reference, _conv_hint, hidden)
+    compare_cases(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=False), _conv_reference,
+                  returns="array", hidden=hidden, same_dtype=True, hint=_conv_hint)
 
 
 @check(points=2)
 def conv2d_gemm_groups(student, rng, hidden):
     """conv2d_gemm with groups > 1 (depthwise included) equals F.conv2d with the same groups."""
-    _compare(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=True), _conv_reference, _conv_hint, hidden)
+    compare_cases(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=True), _conv_reference,
+                  returns="array", hidden=hidden, same_dtype=True, hint=_conv_hint)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,37 +238,37 @@ def _winograd_cases(rng, hidden, d_shape, g_shape) -> list[dict]:
     return cases
 
 
-def _winograd_compare(student, function, cases, reference, hidden):
-    __tracebackhide__ = True
-    for i, case in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"{function}(d={describe(case['d'])}, g={describe(case['g'])})"
-        expected = reference(**case)
-        try:
-            got = student.call(function, returns="mapping", **case)
-            assert_close(got, expected)
-        except CheckFailure as failure:
-            if "result['products']: expected shape" in str(failure):
-                hint = ("F(2,3) makes 4 products, F(2x2, 3x3) a 4x4 array of 16: (G g) * (B^T d), in 2-D U * V, "
-                        "not the 6 (36) products of the direct computation.")
-            elif "result['products']" in str(failure):
-                hint = ("The products are (G g) * (B^T d) elementwise, with the matrices G and BT as given (the data "
-                        "transform is BT @ d, not BT.T @ d); in 2-D, U = G g G^T and V = B^T d B.")
-            elif "result['y']" in str(failure):
-                hint = "The products are right, so the output transform is wrong: y = A^T m, in 2-D A^T M A."
-            else:
-                hint = "Return a dict {'products': ..., 'y': ...} of two arrays."
-            raise CheckFailure(f"{label}: {call}: {failure}. {hint}") from None
+def _winograd_hint(case, got, expected) -> str:
+    """What is wrong, by the first part of the result (products, then y) that differs."""
+    if not (isinstance(got, dict) and got.keys() == expected.keys()):
+        return "Return a dict {'products': ..., 'y': ...} of two arrays."
+    products = got["products"]
+    if isinstance(products, np.ndarray) and products.shape != expected["products"].shape:
+        return ("F(2,3) makes 4 products, F(2x2, 3x3) a 4x4 array of 16: (G g) * (B^T d), in 2-D U * V, "
+                "not the 6 (36) products of the direct computation.")
+    if _differs(products, expected["products"]):
+        return ("The products are (G g) * (B^T d) elementwise, with the matrices G and BT as given (the data "
+                "transform is BT @ d, not BT.T @ d); in 2-D, U = G g G^T and V = B^T d B.")
+    return "The products are right, so the output transform is wrong: y = A^T m, in 2-D A^T M A."
+
+
+def _differs(got, expected) -> bool:
+    try:
+        assert_close(got, expected)
+    except CheckFailure:
+        return True
+    return False
 
 
 @check(points=1)
 def winograd_f23(student, rng, hidden):
     """winograd_f23(d, g) returns the 4 products (G g) * (B^T d) and the 2 outputs A^T m of the correlation."""
-    _winograd_compare(student, "winograd_f23", _winograd_cases(rng, hidden, (4,), (3,)), _winograd_1d, hidden)
+    compare_cases(student, "winograd_f23", _winograd_cases(rng, hidden, (4,), (3,)), _winograd_1d,
+                  returns="mapping", hidden=hidden, hint=_winograd_hint)
 
 
 @check(points=2)
 def winograd_f23_tile(student, rng, hidden):
     """winograd_f23_tile(d, g) returns the 4x4 products U * V and the 2x2 outputs of F(2x2, 3x3)."""
-    _winograd_compare(student, "winograd_f23_tile", _winograd_cases(rng, hidden, (4, 4), (3, 3)), _winograd_tile,
-                      hidden)
+    compare_cases(student, "winograd_f23_tile", _winograd_cases(rng, hidden, (4, 4), (3, 3)), _winograd_tile,
+                  returns="mapping", hidden=hidden, hint=_winograd_hint)

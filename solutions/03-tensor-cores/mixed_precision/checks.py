@@ -19,7 +19,7 @@ import numpy as np
 
 from aisys import mixed_precision as reference
 
-from aisys_grader.checks import check
+from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure, assert_close, describe, redacting, shown, unredacted
 
 
@@ -104,33 +104,31 @@ def _rounding_hint(x, got, expected, dtype: str) -> str:
     return "Round to nearest on the bit pattern: add half a step minus one plus the lowest kept bit, then clear."
 
 
-def _compare_roundings(student, function: str, cases: list[dict], hidden: bool) -> None:
-    """Each case bit for bit (NaN as NaN) against reference.round_to; the first wrong element is explained."""
-    for i, case in enumerate(cases, 1):
-        dtype = case.get("dtype", "bf16")
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-        call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-        expected = np.asarray(reference.round_to(case["x"], dtype), dtype=np.float32)
-        try:
-            got = student.call(function, returns="array", **case)
-            if got.shape != expected.shape:
-                raise CheckFailure(f"expected an array of x's shape {expected.shape}, got shape {got.shape}")
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}") from None
-        with np.errstate(invalid="ignore"):  # widening a signalling NaN raises the invalid flag
-            g, e = got.astype(np.float64), expected.astype(np.float64)
-        wrong = ~((g == e) | (np.isnan(g) & np.isnan(e)))
-        if wrong.any():
-            j = np.unravel_index(int(np.argmax(wrong)), wrong.shape)
-            x = case["x"][j]
-            if redacting():  # the input, the rounded value and the student's are the hidden case's
-                raise CheckFailure(f"{label}: {call}: {int(wrong.sum())} of {wrong.size} values differ; first at index "
-                                   f"{tuple(map(int, j))}. {_rounding_hint(x, g[j], e[j], dtype)}")
-            raise CheckFailure(
-                f"{label}: {call}: {int(wrong.sum())} of {wrong.size} values differ; at index {tuple(map(int, j))}, "
-                f"x = {float(x)!r} (bits {_hex(x)}) rounds to {float(e[j])!r} (bits {_hex(e[j])}), "
-                f"got {float(g[j])!r}. "
-                f"{_rounding_hint(x, g[j], e[j], dtype)}")
+def _roundings(student, function: str, cases: list[dict], hidden: bool) -> None:
+    """Each case bit for bit (NaN as NaN) against reference.round_to (bf16 unless the case names a format)."""
+    compare_cases(student, function, cases,
+                  lambda x, dtype="bf16": np.asarray(reference.round_to(x, dtype), dtype=np.float32),
+                  returns="array", hidden=hidden, compare=_same_bits)
+
+
+def _same_bits(got, expected, case) -> None:
+    """CheckFailure unless `got` has `expected`'s shape and bits (NaN as NaN); it explains the first wrong element."""
+    if got.shape != expected.shape:
+        raise CheckFailure(f"expected an array of x's shape {expected.shape}, got shape {got.shape}")
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN raises the invalid flag
+        g, e = got.astype(np.float64), expected.astype(np.float64)
+    wrong = ~((g == e) | (np.isnan(g) & np.isnan(e)))
+    if not wrong.any():
+        return
+    j = np.unravel_index(int(np.argmax(wrong)), wrong.shape)
+    x, dtype = case["x"][j], case.get("dtype", "bf16")
+    hint = _rounding_hint(x, g[j], e[j], dtype)
+    if redacting():  # the input, the rounded value and the student's are the hidden case's
+        raise CheckFailure(f"{int(wrong.sum())} of {wrong.size} values differ; first at index {tuple(map(int, j))}. "
+                           f"{hint}")
+    raise CheckFailure(f"{int(wrong.sum())} of {wrong.size} values differ; at index {tuple(map(int, j))}, "
+                       f"x = {float(x)!r} (bits {_hex(x)}) rounds to {float(e[j])!r} (bits {_hex(e[j])}), "
+                       f"got {float(g[j])!r}. {hint}")
 
 
 @check(points=3)
@@ -142,7 +140,7 @@ def round_to_bf16(student, rng, hidden):
     else:
         cases = [{"x": EDGES["bf16"]}, {"x": _random_floats(rng, 1000)}, {"x": _ties(rng, 200, 16)},
                  {"x": _random_floats(rng, 6).reshape(3, 4)}, {"x": _random_floats(rng, 1)[:1]}]
-    _compare_roundings(student, "round_to_bf16", cases, hidden)
+    _roundings(student, "round_to_bf16", cases, hidden)
 
 
 @check(points=2)
@@ -156,7 +154,7 @@ def round_to(student, rng, hidden):
         for dtype in DTYPES:
             cases += [{"x": EDGES[dtype], "dtype": dtype}, {"x": _random_floats(rng, 500), "dtype": dtype}]
         cases += [{"x": _ties(rng, 100, DROPPED_BITS[d]), "dtype": d} for d in DROPPED_BITS]
-    _compare_roundings(student, "round_to", cases, hidden)
+    _roundings(student, "round_to", cases, hidden)
 
 
 def _lost_update_cases(rng, dtype: str) -> list[tuple[dict, str]]:
@@ -246,7 +244,10 @@ SPECIAL_DOTS = [  # (a, b, storage, accumulate, order, what it shows)
 def _dot_hint(case: dict, got: float) -> str:
     """Which slip would give `got`, tried one by one with the reference."""
     a, b, storage, accumulate, order = (case[k] for k in ("a", "b", "storage", "accumulate", "order"))
-    same = lambda value: value == got or (math.isnan(value) and math.isnan(got))  # noqa: E731
+
+    def same(value) -> bool:
+        return value == got or (math.isnan(value) and math.isnan(got))
+
     exact = math.fsum(np.asarray(reference.round_to(a.astype(np.float64), storage))
                       * reference.round_to(b.astype(np.float64), storage))
     if accumulate != "fp32" and (same(reference.dot(a, b, storage, "fp32", order))

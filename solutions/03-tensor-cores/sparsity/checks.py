@@ -18,7 +18,7 @@ import numpy as np
 
 from aisys import sparsity
 
-from aisys_grader.checks import check
+from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure, assert_close, describe, unredacted
 
 DTYPES = ["float32", "float16", "float64", "int8", "int32"]
@@ -77,18 +77,6 @@ def _label(hidden: bool, i: int, count: int) -> str:
 
 def _call_text(function: str, case: dict) -> str:
     return f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-
-
-def _compare(student, function, case, expected, where, hint, same_dtype=True) -> None:
-    """The student's `function(**case)` against `expected` (an array): dtype (if `same_dtype`), shape, values."""
-    __tracebackhide__ = True
-    got = student.call(function, returns="array", **case)
-    try:
-        if same_dtype and got.dtype != expected.dtype:
-            raise CheckFailure(f"result: expected dtype {expected.dtype}, got {got.dtype}")
-        assert_close(got, expected)
-    except CheckFailure as failure:
-        raise CheckFailure(f"{where}: {_call_text(function, case)}: {failure}. {hint(got)}".rstrip()) from None
 
 
 def _positions(metadata: np.ndarray, K: int) -> np.ndarray:
@@ -161,12 +149,11 @@ def prune_2_4(student, rng, hidden):
         cases = list(EDGE_WEIGHTS)
         cases += [_numbers(rng, _shape(rng), dtype) for dtype in DTYPES]
         cases += [rng.standard_normal(_shape(rng)).astype(str(rng.choice(["float32", "float64"]))) for _ in range(2)]
-    for i, W in enumerate(cases, 1):
-        where = _label(hidden, i, len(cases))
-        expected_mask = sparsity.mask_2_4(W)
-        _compare(student, "mask_2_4", {"W": W}, expected_mask, where, lambda got: _pruning_hint(W, got, expected_mask))
-        _compare(student, "prune_2_4", {"W": W}, sparsity.prune_2_4(W), where,
-                 lambda got: "prune_2_4 keeps what mask_2_4 keeps, in W's dtype, and zeros the rest.")
+    cases = [{"W": W} for W in cases]
+    compare_cases(student, "mask_2_4", cases, sparsity.mask_2_4, returns="array", hidden=hidden, same_dtype=True,
+                  hint=lambda case, got, expected: _pruning_hint(case["W"], got, expected))
+    compare_cases(student, "prune_2_4", cases, sparsity.prune_2_4, returns="array", hidden=hidden, same_dtype=True,
+                  hint=lambda *_: "prune_2_4 keeps what mask_2_4 keeps, in W's dtype, and zeros the rest.")
 
 
 @check(points=2)
@@ -179,16 +166,13 @@ def metadata(student, rng, hidden):
         for _ in range(6):
             M, K = _shape(rng)
             cases.append(pairs[rng.integers(0, 6, size=(M, K // 4))].reshape(M, K // 2))
-    for i, indices in enumerate(cases, 1):
-        where = _label(hidden, i, len(cases))
-        expected = sparsity.pack_metadata(indices)
-        _compare(student, "pack_metadata", {"indices": indices}, expected, where,
-                 lambda got: _metadata_hint(indices, got, expected))
-        K = 2 * indices.shape[1]
-        _compare(student, "unpack_metadata", {"metadata": expected, "K": K}, sparsity.unpack_metadata(expected, K),
-                 where, lambda got: "Read the bits in the order pack_metadata writes them: low nibble first, "
-                                    "and in each nibble the first position in the low 2 bits; return shape (M, K/2).",
-                 same_dtype=False)
+    compare_cases(student, "pack_metadata", [{"indices": indices} for indices in cases], sparsity.pack_metadata,
+                  returns="array", hidden=hidden, same_dtype=True,
+                  hint=lambda case, got, expected: _metadata_hint(case["indices"], got, expected))
+    packed = [{"metadata": sparsity.pack_metadata(indices), "K": 2 * indices.shape[1]} for indices in cases]
+    compare_cases(student, "unpack_metadata", packed, sparsity.unpack_metadata, returns="array", hidden=hidden,
+                  hint=lambda *_: "Read the bits in the order pack_metadata writes them: low nibble first, and in "
+                                  "each nibble the first position in the low 2 bits; return shape (M, K/2).")
 
 
 def _two_four_cases(rng, hidden) -> list[np.ndarray]:
@@ -240,13 +224,13 @@ def compress(student, rng, hidden):
 @check(points=1)
 def decompress(student, rng, hidden):
     """decompress(values, metadata, K) rebuilds the dense 2:4 matrix in values' dtype."""
-    cases = _two_four_cases(rng, hidden)
-    for i, W in enumerate(cases, 1):
+    cases = []
+    for W in _two_four_cases(rng, hidden):
         values, metadata = sparsity.compress(W)
-        _compare(student, "decompress", {"values": values, "metadata": metadata, "K": W.shape[1]}, W,
-                 _label(hidden, i, len(cases)),
-                 lambda got: "Kept element t of a row goes to column 4 (t // 2) + its position, read from the "
-                             "metadata low bits first; every other element is 0.")
+        cases.append({"values": values, "metadata": metadata, "K": W.shape[1]})
+    compare_cases(student, "decompress", cases, sparsity.decompress, returns="array", hidden=hidden, same_dtype=True,
+                  hint=lambda *_: "Kept element t of a row goes to column 4 (t // 2) + its position, read from the "
+                                  "metadata low bits first; every other element is 0.")
 
 
 def _matmul_hint(got, expected) -> str:
@@ -260,14 +244,14 @@ def _matmul_hint(got, expected) -> str:
 @check(points=2)
 def sparse_matmul(student, rng, hidden):
     """sparse_matmul(values, metadata, B) equals the dense product of the pruned matrix, in the accumulator's dtype."""
-    cases = _two_four_cases(rng, hidden)
-    for i, W in enumerate(cases, 1):
+    cases = []
+    for W in _two_four_cases(rng, hidden):
         N = int(rng.integers(1, 6)) if hidden else 3
         B = _numbers(rng, (W.shape[1], N), W.dtype, spread=127 if W.dtype == np.int8 else 8)
         values, metadata = sparsity.compress(W)
-        expected = sparsity.sparse_matmul(values, metadata, B)
-        _compare(student, "sparse_matmul", {"values": values, "metadata": metadata, "B": B}, expected,
-                 _label(hidden, i, len(cases)), lambda got: _matmul_hint(got, expected))
+        cases.append({"values": values, "metadata": metadata, "B": B})
+    compare_cases(student, "sparse_matmul", cases, sparsity.sparse_matmul, returns="array", hidden=hidden,
+                  same_dtype=True, hint=lambda case, got, expected: _matmul_hint(got, expected))
 
 
 @check(points=1)

@@ -16,7 +16,7 @@ is 0.63 of the tolerance (bfloat16's truncation). A float16 sum past 65504 is
 inf: `matmul_fp32_accumulator` has long K on positive data and such sums.
 
 Every matrix lies at the start of a buffer whose tail holds the dtype's
-largest number (the notebook's to_device), so a missing mask on K shows.
+largest number (aisys.tensors.to_device), so a missing mask on K shows.
 A missing mask on M or N at the loads cannot show in the result: those rows and
 columns only feed elements that the masked store drops.
 """
@@ -26,10 +26,11 @@ import torch
 
 from aisys.gemm_tiling import H100_SHARED_MEMORY_PER_BLOCK, block_order
 from aisys.triton_kernels import matmul as reference  # noqa: F401  the answer key: kept out of the grading kernel
+from aisys.tensors import TORCH_DTYPES
 
-from aisys_grader.checks import check
+from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure, assert_close, describe, shown, unredacted
-from aisys_grader.low_precision import TORCH_DTYPES, as_sent
+from aisys_grader.low_precision import as_sent
 
 
 DTYPES = ("fp16", "bf16")
@@ -91,9 +92,10 @@ def _describe(case):
             f"config tiles {tiles}, GROUP_M {shown(config['GROUP_M'])})")
 
 
-def _hint(got, expected, case, rtol, atol):
+def _hint(case, got, expected):
     """What the kind of difference between `got` and the true product `expected` usually means."""
     a, b, dtype, config = case["a"], case["b"], case["dtype"], case["config"]
+    rtol, atol = _tolerance(a, b, dtype)
     if got.shape != expected.shape:
         return "Return the (M, N) product: C has a's rows and b's columns."
     got, expected = got.astype(np.float64), expected.astype(np.float64)
@@ -116,20 +118,11 @@ def _hint(got, expected, case, rtol, atol):
             "a_ptrs += BLOCK_K * stride_ak (columns of A) and b_ptrs += BLOCK_K * stride_bk (rows of B).")
 
 
-def _compare(student, cases, hidden):
+def _products(student, cases, hidden):
     """The student's matmul on each case against the true product, within the tolerance for that case."""
-    for i, case in enumerate(cases, 1):
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {_describe(case)}"
-        try:
-            got = student.call("matmul", returns="array", **case)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {failure}") from None
-        expected = _expected(case["a"], case["b"], case["dtype"])
-        rtol, atol = _tolerance(case["a"], case["b"], case["dtype"])
-        try:
-            assert_close(got, expected, rtol=rtol, atol=atol)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {failure}. {_hint(got, expected, case, rtol, atol)}") from None
+    compare_cases(student, "matmul", cases, lambda a, b, dtype, config: _expected(a, b, dtype), returns="array",
+                  hidden=hidden, tolerance=lambda case: _tolerance(case["a"], case["b"], case["dtype"]), hint=_hint,
+                  call=_describe)
 
 
 def _case(rng, M, N, K, dtype, config, kind="normal"):
@@ -163,7 +156,7 @@ def matmul(student, rng, hidden):
                 plan.append((shape, dtype, _config(block_m, block_n, block_k, int(rng.integers(1, 5)))))
             shape = tuple(int(v) for v in rng.integers(2, 100, 3))
             plan.append((shape, dtype, _config(16, 16, 16, int(rng.integers(1, 5)))))
-    _compare(student, [_case(rng, *shape, dtype, config) for shape, dtype, config in plan], hidden)
+    _products(student, [_case(rng, *shape, dtype, config) for shape, dtype, config in plan], hidden)
 
 
 @check(points=2)
@@ -178,7 +171,7 @@ def matmul_fp32_accumulator(student, rng, hidden):
                        "uniform") for K, dtype in zip(ragged_k, DTYPES)]
         cases.append(_case(rng, int(rng.integers(10, 33)), int(rng.integers(10, 33)), 2 * int(rng.integers(128, 256)),
                            "fp16", _config(32, 32, 32, 1), "overflow"))
-    _compare(student, cases, hidden)
+    _products(student, cases, hidden)
 
 
 # ---------------------------------------------------------------- the order of programs
@@ -306,4 +299,4 @@ def matmul_every_config(student, rng, hidden):
                      int(rng.choice([block_k - 1, block_k + 1, 2 * block_k + 1])))
             dtype = str(rng.choice(DTYPES))
         cases.append(_case(rng, *shape, dtype, config))
-    _compare(student, cases, hidden)
+    _products(student, cases, hidden)

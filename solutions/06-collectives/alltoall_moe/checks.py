@@ -39,7 +39,8 @@ def _run(student, function: str, cases: list, labels: list[str], p: int) -> list
         died = "died without a result" in str(failure)
         raise CheckFailure(f"{failure}" + (
             "\n(gloo ends a process that receives a message of another size than the receive it posted: check "
-            "that every receive from rank q has exactly the rows rank q sends, by the splits)" if died else "")) from None
+            "that every receive from rank q has exactly the rows rank q sends, by the splits)" if died else "")
+        ) from None
     for label, per_rank in zip(labels, outcomes):
         errors = [(rank, o["error"]) for rank, o in enumerate(per_rank) if o["error"]]
         if errors:
@@ -102,7 +103,8 @@ def _visible_a2a(rng) -> dict[int, list[dict]]:
 def _hidden_a2a(rng) -> dict[int, list[dict]]:
     by_p = {}
     for p in range(1, 5):
-        shapes = [np.full((p, p), 2), rng.integers(0, 4, (p, p)), rng.integers(1, 3, (p, p)) * (rng.random((p, p)) < .6)]
+        shapes = [np.full((p, p), 2), rng.integers(0, 4, (p, p)),
+                  rng.integers(1, 3, (p, p)) * (rng.random((p, p)) < .6)]
         last_sends_nothing, last_gets_nothing = rng.integers(1, 4, (p, p)), rng.integers(1, 4, (p, p))
         last_sends_nothing[-1], last_gets_nothing[:, -1] = 0, 0
         shapes += [last_sends_nothing, last_gets_nothing, np.ones((p, p), int)]
@@ -185,7 +187,8 @@ def _schedule_problem(messages: list[dict], kind: str, blocks: list[int], rank: 
                     f"expected {count} {to} rank {q} with the {blocks[q]} row(s) of its block ({blocks[q] * row} "
                     f"elements). Each block travels whole, once")
         if len(sizes) > 1:
-            return f"it {with_} {len(sizes)} messages {to} rank {q}: one per peer is enough (or none if its block is empty)"
+            return (f"it {with_} {len(sizes)} messages {to} rank {q}: one per peer is enough (or none if its block is "
+                    "empty)")
     step = 1 if kind == "send" else -1
     pairwise = [(rank + step * k) % p for k in range(1, p)]
     xor = _xor_order(rank, p)
@@ -204,8 +207,8 @@ def all_to_all_schedule(student, rng, hidden):
     """all_to_all_single sends each block once, straight to its rank, in the pairwise-exchange order."""
     by_p = {p: cases for p, cases in _a2a_cases(rng, hidden).items() if p > 1}
     if not hidden:
-        by_p[4] = [_a2a_case(rng, 4, np.array([[1, 1, 2, 0], [2, 0, 1, 1], [1, 2, 1, 1], [0, 1, 1, 2]]), "float32", None,
-                             False)]
+        splits = np.array([[1, 1, 2, 0], [2, 0, 1, 1], [1, 2, 1, 1], [0, 1, 1, 2]])
+        by_p[4] = [_a2a_case(rng, 4, splits, "float32", None, False)]
     total, done = sum(map(len, by_p.values())), 0
     for p, cases in by_p.items():
         labels = [_label(hidden, done + i, total, p, _a2a_what(c)) for i, c in enumerate(cases)]
@@ -243,8 +246,8 @@ def _route_result(got, label: str) -> dict:
     if dropped.size != 1:
         given = unredacted(repr(got["dropped"]), describe(got["dropped"]))  # the student's own value
         raise CheckFailure(f"{label}: 'dropped' must be one integer, got {given}")
-    return {"order": _as_ints(got["order"], f"{label}: 'order'"), "counts": _as_ints(got["counts"], f"{label}: 'counts'"),
-            "dropped": int(dropped.reshape(()))}
+    return {"order": _as_ints(got["order"], f"{label}: 'order'"),
+            "counts": _as_ints(got["counts"], f"{label}: 'counts'"), "dropped": int(dropped.reshape(()))}
 
 
 def _route_hint(got: dict, expected: dict, expert_ids, num_experts, capacity_factor) -> str:
@@ -296,8 +299,8 @@ def route(student, rng, hidden):
         try:
             assert_close(got, expected)
         except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {failure}{_route_hint(got, expected, expert_ids, num_experts, capacity_factor)}"
-                               ) from None
+            hint = _route_hint(got, expected, expert_ids, num_experts, capacity_factor)
+            raise CheckFailure(f"{label}: {failure}{hint}") from None
 
 
 # ---------------------------------------------------------------------------------------------- dispatch, combine
@@ -376,7 +379,8 @@ def _plan_result(plan, where: str) -> dict:
         given = unredacted(str(sorted(plan)), f"{len(plan)} other keys") if isinstance(plan, dict) else \
             type(plan).__name__  # the student's own text
         raise CheckFailure(f"{where}: the plan must be a dict with keys {sorted(keys)}; got {given}")
-    return {key: (int(np.asarray(value).reshape(())) if key == "num_tokens" else _as_ints(value, f"{where}[{key!r}]").tolist())
+    return {key: (int(np.asarray(value).reshape(())) if key == "num_tokens"
+                  else _as_ints(value, f"{where}[{key!r}]").tolist())
             for key, value in plan.items()}
 
 
@@ -403,7 +407,8 @@ def dispatch(student, rng, hidden):
     total, done = sum(map(len, by_p.values())), 0
     for p, cases in by_p.items():
         labels = [_label(hidden, done + i, total, p, _moe_what(c)) for i, c in enumerate(cases)]
-        args = [[[c["tokens"][r], c["ids"][r], c["num_experts"], c["capacity_factor"]] for r in range(p)] for c in cases]
+        args = [[[c["tokens"][r], c["ids"][r], c["num_experts"], c["capacity_factor"]] for r in range(p)]
+                for c in cases]
         outcomes = _run(student, "dispatch", args, labels, p)
         for label, case, per_rank in zip(labels, cases, outcomes):
             layouts = _layout(case)
@@ -411,7 +416,8 @@ def dispatch(student, rng, hidden):
                 where = f"{label}, rank {rank}"
                 value = outcome["value"]
                 if not isinstance(value, list) or len(value) != 3:
-                    raise CheckFailure(f"{where}: dispatch must return (received, experts, plan); got {type(value).__name__}"
+                    raise CheckFailure(f"{where}: dispatch must return (received, experts, plan); got "
+                                       f"{type(value).__name__}"
                                        + (f" of {len(value)} items" if isinstance(value, list) else ""))
                 received, experts, plan = value
                 assert_close(received, expected["received"], where=f"{where}: received rows")
@@ -442,7 +448,8 @@ def _combined(case: dict, layouts: list[dict], outputs: list[np.ndarray]) -> lis
 
 def _combine_hint(got: np.ndarray, expected: np.ndarray, plan: dict) -> str:
     order = plan["order"]
-    if len(order) and got.ndim == 2 and got.shape[0] >= len(order) and np.array_equal(got[:len(order)], expected[order]):
+    if (len(order) and got.ndim == 2 and got.shape[0] >= len(order)
+            and np.array_equal(got[:len(order)], expected[order])):
         return (": the rows are in the order they were sent (by expert); row i of what comes back belongs to "
                 "token plan['order'][i]: undo the sort")
     if got.shape == expected.shape and np.array_equal(got[order], expected[order]):

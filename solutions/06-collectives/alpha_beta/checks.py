@@ -59,7 +59,8 @@ def _student_terms(student, collective: str, algorithm: str, p: int) -> tuple[fl
 def _latency_hint(expected: float, got: float, p: int) -> str:
     if got != round(got):
         return (" A count of messages is a whole number: where p is not a power of two, lg p is not, so use "
-                "⌈lg p⌉ (rounds of a tree or of Bruck's algorithm) or ⌊lg p⌋ plus the fold's 2 steps, as the table says.")
+                "⌈lg p⌉ (rounds of a tree or of Bruck's algorithm) or ⌊lg p⌋ plus the fold's 2 steps, as the table "
+                "says.")
     if expected and got * 2 == expected:
         return (" That is half: this algorithm has two phases (reduce-scatter then all-gather, reduce then "
                 "broadcast, or scatter then all-gather), and each costs its own messages.")
@@ -101,12 +102,14 @@ def predicted_time(student, rng, hidden):
     sizes = HIDDEN_SIZES + tuple(int(p) for p in rng.integers(2, 65, size=3)) if hidden else VISIBLE_SIZES
     combinations = [(c, a, p) for c, a in PAIRS for p in sizes]
     for i, (collective, algorithm, p) in enumerate(combinations, 1):
-        _check_terms(student, collective, algorithm, p, f"{'hidden case' if hidden else 'case'} {i} of {len(combinations)}")
+        label = f"{'hidden case' if hidden else 'case'} {i} of {len(combinations)}"
+        _check_terms(student, collective, algorithm, p, label)
     # Whole times on real links, buffers from empty to 1 GiB: the terms must also add up.
     buffers = [0, 1, 4 * MiB, GiB] + ([int(10 ** rng.uniform(1, 9))] if hidden else [])
     cases = [{"collective": c, "algorithm": a, "nbytes": n, "world_size": p, "alpha": alpha, "beta": beta}
              for c, a in PAIRS for p in (5, 8) for n, (alpha, beta) in zip(buffers, NETWORKS.values())]
-    compare_cases(student, "predicted_time", cases, cost.time, returns="number", hidden=hidden, rtol=1e-9, atol=0)
+    compare_cases(student, "predicted_time", cases, cost.time, returns="number", hidden=hidden,
+                  tolerance=(1e-9, 0))
 
 
 # ----------------------------------------------------------------------------------------- bus bandwidth
@@ -114,14 +117,16 @@ def predicted_time(student, rng, hidden):
 
 @check(points=1)
 def bus_bandwidth(student, rng, hidden):
-    """bus_bandwidth(collective, nbytes, seconds, world_size) is nccl-tests' busbw: algbw times 2(p-1)/p, (p-1)/p or 1."""
+    """bus_bandwidth(collective, nbytes, seconds, world_size) is nccl-tests' busbw: algbw times 2(p-1)/p, (p-1)/p
+    or 1."""
     collectives = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
     if hidden:
         cases = [{"collective": c, "nbytes": int(2 ** rng.uniform(0, 31)), "seconds": float(10 ** rng.uniform(-6, -1)),
                   "world_size": int(p)} for c in collectives for p in (1, 2, 3, *rng.integers(4, 65, size=2))]
     else:
         cases = [{"collective": c, "nbytes": GiB, "seconds": 5e-3, "world_size": 8} for c in collectives]
-    compare_cases(student, "bus_bandwidth", cases, busbw.bus_bandwidth, returns="number", hidden=hidden, rtol=1e-9)
+    compare_cases(student, "bus_bandwidth", cases, busbw.bus_bandwidth, returns="number", hidden=hidden,
+                  tolerance=(1e-9, None))
 
 
 # ----------------------------------------------------------------------------------------- fit
@@ -151,7 +156,8 @@ def _fit_cases(rng, hidden: bool) -> list[tuple[str, dict]]:
                                                                     "alpha": NETWORKS["NVLink 4"][0],
                                                                     "beta": NETWORKS["NVLink 4"][1]})]
     if hidden:
-        cases = [("two sizes, no noise: an exact line", {"sizes": [0, MiB], "noise": 0.0, "alpha": alpha, "beta": beta}),
+        cases = [("two sizes, no noise: an exact line",
+                  {"sizes": [0, MiB], "noise": 0.0, "alpha": alpha, "beta": beta}),
                  ("an even number of repeats (4)", {"sizes": _sweep(64 * MiB), "repeats": 4, "outliers": 0.1,
                                                     "alpha": NETWORKS["PCIe 5.0 x16"][0],
                                                     "beta": NETWORKS["PCIe 5.0 x16"][1]})]
@@ -174,7 +180,8 @@ def _compare_fit(student, name: str, case: dict, label: str) -> None:
     expected = cost.fit(**case)
     got = student.call("fit_alpha_beta", returns="list", **case)
     if len(got) != 2:
-        raise CheckFailure(f"{label} ({name}): fit_alpha_beta must return two numbers (alpha, beta), got {describe(got)}")
+        raise CheckFailure(f"{label} ({name}): fit_alpha_beta must return two numbers (alpha, beta), got "
+                           f"{describe(got)}")
     for i, what in enumerate(("alpha", "beta")):
         try:
             assert_close(got[i], expected[i], rtol=1e-4, atol=0, where=what)
@@ -221,7 +228,8 @@ def _crossover_cases(rng, hidden: bool) -> list[dict]:
 
 @check(points=2)
 def crossover(student, rng, hidden):
-    """crossover(collective, algorithm_a, algorithm_b, world_size, alpha, beta): the size where the times meet, or None."""
+    """crossover(collective, algorithm_a, algorithm_b, world_size, alpha, beta): the size where the times meet, or
+    None."""
     cases = _crossover_cases(rng, hidden)
     for i, case in enumerate(cases, 1):
         expected = cost.crossover(**case)

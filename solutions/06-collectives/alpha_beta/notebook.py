@@ -64,7 +64,7 @@ def is_power_of_two(p: int) -> bool:
 # | collective | algorithm | latency term | bandwidth term |
 # | --- | --- | --- | --- |
 # | `all_reduce` | `ring` (reduce-scatter, then all-gather) | $2(p-1)\,\alpha$ | $2\frac{p-1}{p}\,n\beta$ |
-# | `all_reduce` | `tree` (binomial reduce, then broadcast) | $2\lceil \lg p\rceil\,\alpha$ | $2\lceil \lg p\rceil\,n\beta$ |
+# | `all_reduce` | `tree` (binomial reduce, broadcast) | $2\lceil \lg p\rceil\,\alpha$ | $2\lceil \lg p\rceil\,n\beta$ |
 # | `all_reduce` | `recursive_doubling` | $\lg p\,\alpha$ | $\lg p\,n\beta$ |
 # | `all_reduce` | `halving_doubling` (Rabenseifner) | $2\lg p\,\alpha$ | $2\frac{p-1}{p}\,n\beta$ |
 # | `all_gather` | `ring` | $(p-1)\,\alpha$ | $\frac{p-1}{p}\,n\beta$ |
@@ -72,8 +72,11 @@ def is_power_of_two(p: int) -> bool:
 # | `reduce_scatter` | `ring` | $(p-1)\,\alpha$ | $\frac{p-1}{p}\,n\beta$ |
 # | `reduce_scatter` | `halving_doubling` (recursive halving) | $\lceil \lg p\rceil\,\alpha$ | $\frac{p-1}{p}\,n\beta$ |
 # | `broadcast` | `tree` (binomial) | $\lceil \lg p\rceil\,\alpha$ | $\lceil \lg p\rceil\,n\beta$ |
-# | `broadcast` | `ring` (binomial scatter, then ring all-gather) | $(\lceil \lg p\rceil + p-1)\,\alpha$ | $2\frac{p-1}{p}\,n\beta$ |
-# | `broadcast` | `recursive_doubling` (binomial scatter, then recursive-doubling all-gather) | $2\lceil \lg p\rceil\,\alpha$ | $2\frac{p-1}{p}\,n\beta$ |
+# | `broadcast` | `ring` | $(\lceil \lg p\rceil + p-1)\,\alpha$ | $2\frac{p-1}{p}\,n\beta$ |
+# | `broadcast` | `recursive_doubling` | $2\lceil \lg p\rceil\,\alpha$ | $2\frac{p-1}{p}\,n\beta$ |
+#
+# (The `ring` and `recursive_doubling` broadcasts scatter the buffer down a binomial tree, then
+# all-gather it by a ring or by recursive doubling.)
 #
 # **When $p$ is not a power of two**, a tree simply has $\lceil \lg p\rceil$ levels, and
 # all-gather uses Bruck's algorithm, also $\lceil \lg p\rceil$ steps. But the all-reduces by

@@ -138,7 +138,7 @@ def _first_difference(got: np.ndarray, expected: np.ndarray, unit_rows: int, ori
     return ""
 
 
-def _compare_ranks(function: str, got, expected: list[np.ndarray], case: dict, hint: str) -> None:
+def _ranks_match(function: str, got, expected: list[np.ndarray], case: dict, hint: str) -> None:
     """CheckFailure naming the first rank whose result differs in kind, shape, dtype or placement of blocks."""
     p = len(case["buffers"])
     if not isinstance(got, list) or len(got) != p:
@@ -161,22 +161,18 @@ def _compare_ranks(function: str, got, expected: list[np.ndarray], case: dict, h
             raise CheckFailure(f"rank {rank}{_first_difference(mine, theirs, unit_rows, origins)}. {hint}")
 
 
-def _compare(student, function: str, cases: list[dict], reference, hint: str, hidden: bool) -> None:
-    for i, case in enumerate(cases, 1):
-        expected = reference(**case)
-        got = student.call(function, returns="list", **case)
-        try:
-            _compare_ranks(function, got, expected, case, hint)
-        except CheckFailure as failure:
-            label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
-            raise CheckFailure(f"{label}: {_call_text(function, case)}: {failure}") from None
+def _delivers(student, function: str, cases: list[dict], reference, hint: str, hidden: bool) -> None:
+    """Each case against `reference`, rank by rank (_ranks_match)."""
+    compare_cases(student, function, cases, reference, returns="list", hidden=hidden,
+                  compare=lambda got, expected, case: _ranks_match(function, got, expected, case, hint),
+                  call=lambda case: _call_text(function, case))
 
 
 def _check_each(student, rng, hidden, functions: dict[str, tuple[bool, bool]]) -> None:
     """functions: name -> (needs blocks, moves data unchanged)."""
     for function, (split, moves) in functions.items():
-        _compare(student, function, _cases(rng, function, hidden, split, moves), getattr(simulated, function),
-                 HINTS[function], hidden)
+        _delivers(student, function, _cases(rng, function, hidden, split, moves), getattr(simulated, function),
+                  HINTS[function], hidden)
 
 
 @check(points=4)
@@ -213,7 +209,7 @@ def identities(student, rng, hidden):
         def reference(buffers, op="sum", root=None):
             return simulated.all_reduce(buffers, op)
 
-        _compare(student, function, cases, reference, IDENTITY_HINT, hidden)
+        _delivers(student, function, cases, reference, IDENTITY_HINT, hidden)
 
 
 def _composition_traffic(world_size: int, nbytes: int) -> dict:

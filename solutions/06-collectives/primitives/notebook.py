@@ -192,7 +192,7 @@ check("all_to_all", hidden=True)
 # block, coloured by the rank it came from (`b2 r1` is rank 1's block 2).
 
 # %%
-pictures.before_after(all_to_all, world_size=4);
+fig = pictures.before_after(all_to_all, world_size=4)
 
 # %% [markdown]
 # ## 5. Two ways to build an all-reduce

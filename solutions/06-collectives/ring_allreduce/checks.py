@@ -227,7 +227,8 @@ def _check_world(function: str, student, p: int, cases: list[tuple[int, str]], r
                 _check_values(function, outcome, rank, inputs, expected, slice(start, stop))
             steps = 2 * (p - 1) if function == "ring_all_reduce" else p - 1
             if total != steps * n:
-                whole = ": are you sending the whole tensor each step instead of one chunk?" if total > steps * n else ""
+                whole = (": are you sending the whole tensor each step instead of one chunk?" if total > steps * n
+                         else "")
                 raise CheckFailure(f"the ranks sent {total} elements in all; a ring sends {steps}·n = {steps * n} "
                                    f"(each of the {steps} steps moves every chunk once){whole}")
         except CheckFailure as failure:

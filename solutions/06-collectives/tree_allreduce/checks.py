@@ -210,7 +210,8 @@ def _require_binomial_pattern(label: str, outcomes: list, numel: int) -> None:
 
 @check(points=3)
 def tree_all_reduce(student, rng, hidden):
-    """tree_all_reduce(tensor): a binomial-tree reduce to rank 0 and broadcast back, 2(p - 1) messages, 2 ceil(log2 p) deep."""
+    """tree_all_reduce(tensor): a binomial-tree reduce to rank 0 and broadcast back, 2(p - 1) messages,
+    2 ceil(log2 p) deep."""
     worlds = [1, 2, 3, 5, 6, 7, 8] if hidden else [4, 6]
     for p in worlds:
         for label, inputs, outcomes in _run(student, "tree_all_reduce", p, _cases(rng, p, hidden), rng):

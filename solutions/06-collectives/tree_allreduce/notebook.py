@@ -75,7 +75,8 @@ check = checker("06-collectives/tree_allreduce", globals())
 
 
 def show_on_ranks(function, p, *args):
-    """Run function(tensor, *args) on p ranks, rank r holding [r + 1, 10(r + 1)]; print each rank's result and messages."""
+    """Run function(tensor, *args) on p ranks, rank r holding [r + 1, 10(r + 1)]; print each rank's result and
+    messages."""
 
     def on_one_rank():
         tensor = torch.tensor([1.0, 10.0]) * (dist.get_rank() + 1)
@@ -124,7 +125,8 @@ def show_on_ranks(function, p, *args):
 
 # %% tags=["solution"]
 def recursive_doubling(tensor: torch.Tensor, group: list[int]) -> None:
-    """Sum `tensor` over the ranks of `group` (a power of two of them) in place: in round k, swap with position r XOR 2^k."""
+    """Sum `tensor` over the ranks of `group` (a power of two of them) in place: in round k, swap with position
+    r XOR 2^k."""
     ### BEGIN SOLUTION
     me, buffer = group.index(dist.get_rank()), torch.empty_like(tensor)
     distance = 1

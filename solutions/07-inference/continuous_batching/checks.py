@@ -19,7 +19,7 @@ import numpy as np
 
 from aisys.inference import scheduler
 
-from aisys_grader.checks import check
+from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure, assert_close, describe, unredacted
 
 TIME_TOLERANCE = 1e-9  # seconds: both sides add up the same step costs
@@ -119,7 +119,8 @@ def _hint(got: list, expected: list, policy: str) -> str:
     if expected_preempted:
         return ("The preemptions match but the times do not: a preempted request, readmitted, must prefill its prompt "
                 "and every token it had generated (its cache was freed), and that prefill emits its next token; "
-                f"every token is stamped with the clock at the end of its step. If those are right, look at {admission}.")
+                "every token is stamped with the clock at the end of its step. If those are right, look at "
+                f"{admission}.")
     if any(g["first_token"] != e["first_token"] for g, e in zip(got, expected)):
         return ("A first token came out at the wrong time: a request that has arrived by the end of a step can be "
                 "admitted into the next one (no waiting for the batch to finish), in queue order, while fewer than "
@@ -128,23 +129,26 @@ def _hint(got: list, expected: list, policy: str) -> str:
             "costs a + b x (all new tokens in it), and a request leaves the batch in the step of its last token.")
 
 
-def _compare_schedules(student, function: str, cases: list[dict], policy: str, hidden: bool) -> None:
+def _schedules(student, function: str, cases: list[dict], policy: str, hidden: bool) -> None:
+    """Each case's per-request results against the reference scheduler's under `policy`, times within
+    TIME_TOLERANCE."""
     __tracebackhide__ = True
-    for i, case in enumerate(cases, 1):
-        expected = _results(_schedule(policy, **case))
-        got = student.call(function, returns="list", **case)
+
+    def call(case) -> str:
         shown = f"{len(case['requests'])} requests" + unredacted(  # the budget and the costs are the hidden case's
             f", num_blocks={case['num_blocks']}, block_size={case['block_size']}, max_batch={case['max_batch']}, "
             f"step_time={case['step_time']}")
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)} ({shown})"
         if not hidden:
-            label += f", requests={describe(case['requests'])}"
-        try:
-            assert_close(got, expected, rtol=0.0, atol=TIME_TOLERANCE)
-        except CheckFailure as failure:
-            hint = _hint(got, expected, policy) if isinstance(got, list) and len(got) == len(expected) and all(
-                isinstance(g, dict) and g.keys() == expected[0].keys() for g in got) else ""
-            raise CheckFailure(f"{label}: {function}: {failure}. {hint}".rstrip()) from None
+            shown += f", requests={describe(case['requests'])}"
+        return f"{function} ({shown})"
+
+    def hint(case, got, expected) -> str:
+        same_shape = isinstance(got, list) and len(got) == len(expected) and all(
+            isinstance(g, dict) and g.keys() == expected[0].keys() for g in got)
+        return _hint(got, expected, policy) if same_shape else ""
+
+    compare_cases(student, function, cases, lambda **case: _results(_schedule(policy, **case)), returns="list",
+                  hidden=hidden, tolerance=(0.0, TIME_TOLERANCE), hint=hint, call=call)
 
 
 @check(points=2)
@@ -153,7 +157,7 @@ def simulate_static(student, rng, hidden):
     cases = [_case(VISIBLE_TRACE, 8, 2, 2, (1.0, 0.25)), _case(VISIBLE_IDLE_TRACE, 2, 1, 4, (1.0, 0.25))]
     if hidden:
         cases = _roomy_cases(rng, 4) + _tight_cases(rng, 4, "static", must_preempt=False)
-    _compare_schedules(student, "simulate_static", cases, "static", hidden)
+    _schedules(student, "simulate_static", cases, "static", hidden)
 
 
 @check(points=3)
@@ -162,7 +166,7 @@ def continuous_without_preemption(student, rng, hidden):
     cases = [_case(VISIBLE_TRACE, 8, 2, 2, (1.0, 0.25)), _case(VISIBLE_IDLE_TRACE, 2, 1, 4, (1.0, 0.25))]
     if hidden:
         cases = _roomy_cases(rng, 8)
-    _compare_schedules(student, "simulate_continuous", cases, "continuous", hidden)
+    _schedules(student, "simulate_continuous", cases, "continuous", hidden)
 
 
 @check(points=3)
@@ -171,7 +175,7 @@ def continuous_with_preemption(student, rng, hidden):
     cases = [_case(VISIBLE_PREEMPTION_TRACE, 4, 2, 4, (1.0, 0.5))]
     if hidden:
         cases = _tight_cases(rng, 6, "continuous", must_preempt=True)
-    _compare_schedules(student, "simulate_continuous", cases, "continuous", hidden)
+    _schedules(student, "simulate_continuous", cases, "continuous", hidden)
 
 
 def _reference_metrics(requests, results) -> dict:

@@ -20,9 +20,7 @@ import numpy as np
 
 from aisys.inference import flash_attention as reference
 
-from aisys_grader import plain
-from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe
+from aisys_grader.checks import check, compare_cases
 
 
 DTYPES = (np.float32, np.float64)
@@ -30,30 +28,6 @@ DTYPES = (np.float32, np.float64)
 TOLERANCE = {np.float32: (1e-4, 1e-5), np.float64: (1e-9, 1e-9)}
 LARGE_TOLERANCE = {np.float32: (2e-3, 2e-3), np.float64: (1e-8, 1e-8)}  # scores ~1e3: float32 rounds them by ~1e-4
 LARGE = 1000.0  # q is scaled by this: scores of about +-1000, past exp's range (88.7 in float32, 709.8 in float64)
-
-
-def _label(hidden, i, n):
-    return f"{'hidden case' if hidden else 'case'} {i} of {n}"
-
-
-def _call_text(function, case):
-    return f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-
-
-def _compare(student, function, cases, expected_of, hidden, tolerance_of, hint):
-    """Each case against the reference; a wrong value gets the hint for what the difference usually means."""
-    for i, case in enumerate(cases, 1):
-        where = f"{_label(hidden, i, len(cases))}: {_call_text(function, case)}"
-        expected = plain.to_plain(expected_of(case))
-        try:
-            got = student.call(function, returns="any", **case)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{where}: {failure}") from None
-        rtol, atol = tolerance_of(case)
-        try:
-            assert_close(got, expected, rtol=rtol, atol=atol)
-        except CheckFailure as failure:
-            raise CheckFailure(f"{where}: {failure}. {hint(case, got, expected)}") from None
 
 
 # --- tile_state -----------------------------------------------------------------------------------------------------
@@ -76,7 +50,8 @@ def _state_hint(case, got, expected):
 
 @check(points=1)
 def tile_state(student, rng, hidden):
-    """tile_state(scores, v) gives each row's max, sum of exp(s - max) and weighted sum of v; (-inf, 0, 0) if all -inf."""
+    """tile_state(scores, v) gives each row's max, sum of exp(s - max) and weighted sum of v; (-inf, 0, 0) if all
+    -inf."""
     if not hidden:
         plan = [(3, 4, 2, np.float64, 3.0, 0.0, ()), (3, 3, 3, np.float32, 1000.0, 0.3, (2,))]
     else:
@@ -88,8 +63,8 @@ def tile_state(student, rng, hidden):
     cases = [{"scores": _scores(rng, rows, cols, dtype, magnitude, masked, empty),
               "v": rng.standard_normal((cols, hs)).astype(dtype)}
              for rows, cols, hs, dtype, magnitude, masked, empty in plan]
-    _compare(student, "tile_state", cases, lambda c: list(reference.tile_state(**c)), hidden,
-             lambda c: TOLERANCE[c["v"].dtype.type], _state_hint)
+    compare_cases(student, "tile_state", cases, reference.tile_state, returns="any", hidden=hidden,
+                  tolerance=lambda c: TOLERANCE[c["v"].dtype.type], hint=_state_hint)
 
 
 # --- combine --------------------------------------------------------------------------------------------------------
@@ -97,7 +72,7 @@ def tile_state(student, rng, hidden):
 def _state(rng, rows, hs, dtype, magnitude, empty):
     """A plausible state: m anywhere, l >= 1 (the max's own term), acc of matching size; (-inf, 0, 0) where empty."""
     m = magnitude * rng.standard_normal(rows)
-    l = 1.0 + 5 * rng.random(rows)  # noqa: E741
+    l = 1.0 + 5 * rng.random(rows)
     acc = l[:, None] * rng.standard_normal((rows, hs))
     empty = np.asarray(empty, bool)
     m[empty], l[empty], acc[empty] = -np.inf, 0.0, 0.0
@@ -136,8 +111,8 @@ def combine(student, rng, hidden):
         equal = _combine_case(rng, 3, 2, np.float64)
         equal["m2"] = equal["m1"].copy()  # equal maxima: both factors 1
         cases.append(equal)
-    _compare(student, "combine", cases, lambda c: list(reference.combine(**c)), hidden,
-             lambda c: TOLERANCE[c["m1"].dtype.type], _combine_hint)
+    compare_cases(student, "combine", cases, reference.combine, returns="any", hidden=hidden,
+                  tolerance=lambda c: TOLERANCE[c["m1"].dtype.type], hint=_combine_hint)
 
 
 # --- tile_pairs -----------------------------------------------------------------------------------------------------
@@ -163,8 +138,8 @@ def tile_pairs(student, rng, hidden):
             plan.append((t_q, t_q + int(rng.choice([0, rng.integers(1, 40)])), int(rng.integers(1, 17)),
                          int(rng.integers(1, 17)), bool(rng.random() < 0.75)))
     cases = [dict(zip(("t_q", "t_k", "block_q", "block_k", "causal"), p)) for p in plan]
-    _compare(student, "tile_pairs", cases, lambda c: reference.tile_schedule(**c), hidden, lambda c: (0, 0),
-             _pairs_hint)
+    compare_cases(student, "tile_pairs", cases, reference.tile_schedule, returns="any", hidden=hidden,
+                  tolerance=(0, 0), hint=_pairs_hint)
 
 
 # --- flash_attention ------------------------------------------------------------------------------------------------
@@ -179,11 +154,10 @@ def _flash_case(rng, t_q, t_k, hs, causal, block_q, block_k, dtype, large=False)
             "block_q": block_q, "block_k": block_k}
 
 
-def _flash_expected(case):
+def _flash_expected(q, k, v, causal, block_q, block_k):
     """The reference on one head: (out (Tq, hs), lse (Tq,))."""
-    q, k, v = (case[name][:, None] for name in ("q", "k", "v"))
-    out, lse = reference.flash_attention(q, k, v, causal=case["causal"], block_q=case["block_q"],
-                                         block_k=case["block_k"])
+    q, k, v = (x[:, None] for x in (q, k, v))
+    out, lse = reference.flash_attention(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
     return [out[:, 0], lse[:, 0]]
 
 
@@ -213,8 +187,8 @@ def _flash_hint(case, got, expected):
 
 def _flash(student, cases, hidden, large=False):
     table = LARGE_TOLERANCE if large else TOLERANCE
-    _compare(student, "flash_attention", cases, _flash_expected, hidden, lambda c: table[c["q"].dtype.type],
-             _flash_hint)
+    compare_cases(student, "flash_attention", cases, _flash_expected, returns="any", hidden=hidden,
+                  tolerance=lambda c: table[c["q"].dtype.type], hint=_flash_hint)
 
 
 def _random_blocks(rng, t):

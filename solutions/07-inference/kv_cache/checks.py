@@ -29,8 +29,8 @@ import numpy as np
 import aisys.inference.kv_cache as kv_cache  # the answer key: kept out of the grading kernel
 from aisys.inference import model
 
-from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe, redacting, unredacted
+from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import CheckFailure, assert_close, describe, unredacted
 
 
 DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3")
@@ -58,31 +58,17 @@ def _reference_bytes(config, tokens, batch, dtype):
     return kv_cache.kv_cache_bytes(model.ModelConfig(**config), tokens, batch, dtype)
 
 
-def _bytes_hint(case: dict, got) -> str:
+def _bytes_hint(case: dict, got, expected) -> str:
     """Which factor a wrong size most likely left out, from what typical mistakes give."""
     config = model.ModelConfig(**case["config"])
-    expected = _reference_bytes(**case)
     if not isinstance(got, (int, float)) or expected == 0:
         return ""
-    mistakes = {expected / 2: "half the expected size: the cache holds two tensors per layer, K and V",
+    mistakes = {expected / 2: "Half the expected size: the cache holds two tensors per layer, K and V",
                 expected * config.n_heads / config.n_kv_heads:
-                    "counted n_heads heads: with grouped-query attention only n_kv_heads key/value heads are cached",
-                expected / config.n_layers: "one layer's worth: every layer caches its own keys and values"}
+                    "Counted n_heads heads: with grouped-query attention only n_kv_heads key/value heads are cached",
+                expected / config.n_layers: "One layer's worth: every layer caches its own keys and values"}
     mistakes.pop(expected, None)
-    return "".join(f" ({why})" for value, why in mistakes.items() if np.isclose(got, value, rtol=1e-9))
-
-
-def _compare_with_hint(student, function: str, cases: list, reference, hint, *, returns: str, hidden: bool):
-    for i, case in enumerate(cases, 1):
-        expected = reference(**case)
-        got = student.call(function, returns=returns, **case)
-        try:
-            assert_close(got, expected)
-        except CheckFailure as failure:
-            arguments = ", ".join(f"{k}={v['name'] if k == 'config' and not redacting() else describe(v)}"
-                                  for k, v in case.items())
-            label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {function}({arguments})"
-            raise CheckFailure(f"{label}: {failure}{hint(case, got)}") from None
+    return "; ".join(why for value, why in mistakes.items() if np.isclose(got, value, rtol=1e-9))
 
 
 @check(points=2)
@@ -98,24 +84,24 @@ def kv_cache_bytes(student, rng, hidden):
                    "batch": int(rng.integers(1, 257)), "dtype": str(rng.choice(DTYPES))} for _ in range(8)]
         cases.append({"config": _config(model.ModelConfig("MQA", 32_000, 4096, 32, 32, 1, 11_008, 4096)),
                       "tokens": 2048, "batch": 4, "dtype": "fp16"})
-    _compare_with_hint(student, "kv_cache_bytes", cases, _reference_bytes, _bytes_hint, returns="number",
-                       hidden=hidden)
+    compare_cases(student, "kv_cache_bytes", cases, _reference_bytes, returns="number", hidden=hidden,
+                  hint=_bytes_hint)
 
 
 def _reference_sequences(config, memory_bytes, weights_bytes, context, dtype):
     return kv_cache.max_sequences(model.ModelConfig(**config), memory_bytes, weights_bytes, context, dtype)
 
 
-def _sequences_hint(case: dict, got) -> str:
+def _sequences_hint(case: dict, got, expected) -> str:
     config = model.ModelConfig(**case["config"])
     per_sequence = kv_cache.kv_cache_bytes(config, case["context"], 1, case["dtype"])
     free = case["memory_bytes"] - case["weights_bytes"]
     if got == case["memory_bytes"] // per_sequence and free < case["memory_bytes"]:
-        return " (the weights take their share of memory first: only memory - weights holds caches)"
+        return "The weights take their share of memory first: only memory - weights holds caches"
     if free < 0 and isinstance(got, int) and got < 0:
-        return " (when the weights alone do not fit, no sequence does: 0, not a negative count)"
+        return "When the weights alone do not fit, no sequence does: 0, not a negative count"
     if free >= 0 and got == -(-free // per_sequence):
-        return " (a sequence whose cache fits only in part does not fit: round down)"
+        return "A sequence whose cache fits only in part does not fit: round down"
     return ""
 
 
@@ -146,8 +132,8 @@ def max_sequences(student, rng, hidden):
             cases.append({"config": _config(config), "memory_bytes": float(rng.choice([24e9, 40e9, 80e9, 141e9])),
                           "weights_bytes": float(rng.uniform(0, 30e9)), "context": int(10 ** rng.uniform(0, 5)),
                           "dtype": str(rng.choice(DTYPES))})
-    _compare_with_hint(student, "max_sequences", cases, _reference_sequences, _sequences_hint, returns="integer",
-                       hidden=hidden)
+    compare_cases(student, "max_sequences", cases, _reference_sequences, returns="integer", hidden=hidden,
+                  hint=_sequences_hint)
 
 
 # ----------------------------------------------------------------------------------------- the decoder
@@ -249,7 +235,8 @@ def decode_step(student, rng, hidden):
 
 @check(points=2)
 def uses_the_cache(student, rng, hidden):
-    """Prefill runs the prompt through each layer in one pass; a decode step runs one token, never the sequence again."""
+    """Prefill runs the prompt through each layer in one pass; a decode step runs one token, never the sequence
+    again."""
     cases = _decoder_cases(rng, hidden, decode=True)
     cases = cases[:1] if not hidden else cases[:5]  # the counts do not depend on the values: a few cases suffice
     layers = model.TINY.n_layers

@@ -30,7 +30,7 @@
 # |---|---|
 # | `net.embed(tokens)` | activations `(T, C)` |
 # | `net.qkv(layer, x, positions)` | `q (T, nh, hs)`, `k (T, nkv, hs)`, `v (T, nkv, hs)`, rotated at `positions` |
-# | `attention.attention(q, k, v, causal=True)` | `(T, nh, hs)`; with fewer queries than keys, the queries are the *last* ones |
+# | `attention.attention(q, k, v, causal=True)` | `(T, nh, hs)`; fewer queries than keys: they are the *last* ones |
 # | `net.finish(layer, x, attended)` | the layer's output `(T, C)` (projection, residual, MLP) |
 # | `net.logits(x)` | `(T, V)` next-token logits |
 #

@@ -220,7 +220,7 @@ def run_operations(ops, num_blocks, block_size):
             error = ["OutOfBlocks", str(e)]
         except ValueError as e:
             error = ["ValueError", str(e)]
-        except Exception as e:  # noqa: BLE001 (a bug: reported, not hidden)
+        except Exception as e:  # a bug: reported, not hidden
             error = [type(e).__name__, str(e)]
         results.append({"error": error, "copies": [list(c) for c in copies], "state": manager_state(manager)})
     return results
@@ -299,7 +299,8 @@ check("random_operations", hidden=True)
 
 # %% tags=["solution"]
 def paged_attention(q, k_cache, v_cache, block_tables, context_lens):
-    """Decode attention (B, nh, hs): each sequence's query over its context_lens[b] keys, read through its block table."""
+    """Decode attention (B, nh, hs): each sequence's query over its context_lens[b] keys, read through its block
+    table."""
     ### BEGIN SOLUTION
     batch, n_heads, head_size = q.shape
     block_size, n_kv_heads = k_cache.shape[1], k_cache.shape[2]

@@ -174,7 +174,8 @@ LOCK_HIDDEN = [
     ([["insert", [1, 2]], ["lock", [3, 3]], ["unlock", []], ["insert", [3, 3, 3]], ["lock", [1, 2, 2]],
       ["insert", [4, 4]], ["evict", 9]], 5),  # a lock of nothing; an older locked leaf is skipped
     ([["insert", [1, 1, 1]], ["lock", [1, 1, 1]], ["insert", [1, 1, 1, 2, 2]], ["insert", [3, 3]]], 5),
-    ([["insert", [1, 1]], ["insert", [2, 2]], ["lock", [1, 1]], ["unlock", [1, 1]], ["insert", [3, 3]]], 4),  # an access
+    ([["insert", [1, 1]], ["insert", [2, 2]], ["lock", [1, 1]], ["unlock", [1, 1]],
+      ["insert", [3, 3]]], 4),  # an access
     ([["insert", [1, 2]], ["lock", [1, 2]], ["unlock", [1, 2]], ["insert", [1, 2, 3, 4]]], 3),  # insert locks its path
 ]
 
@@ -217,7 +218,8 @@ HIT_VISIBLE = [
 
 @check(points=2)
 def hit_rate(student, rng, hidden):
-    """hit_rate(workload, capacity): cached prompt tokens found over all prompt tokens, each prompt matched then inserted."""
+    """hit_rate(workload, capacity): cached prompt tokens found over all prompt tokens, each prompt matched then
+    inserted."""
     cases = HIT_VISIBLE
     if hidden:
         cases = [{"workload": [], "capacity": 10}, {"workload": [[], [1], []], "capacity": 10},
@@ -238,5 +240,6 @@ def hit_rate(student, rng, hidden):
         except CheckFailure as failure:
             hint = ""
             if case["workload"] and abs(got - _requests_with_a_hit(**case)) < 1e-12:
-                hint = ": that is the share of requests with a hit; count tokens: the tokens found over all prompt tokens"
+                hint = (": that is the share of requests with a hit; count tokens: the tokens found over all prompt "
+                        "tokens")
             raise CheckFailure(f"{label}: {shown}: {failure}{hint}") from None

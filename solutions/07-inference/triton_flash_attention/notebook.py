@@ -57,28 +57,18 @@ from aisys import device
 
 device.use_triton_interpreter()  # before triton is imported: on a CPU, Triton runs in its interpreter
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from aisys_grader import checker  # noqa: E402
+import torch
+import triton
+import triton.language as tl
+
+from aisys.tensors import to_device, to_numpy  # numpy arrays to tensors on DEVICE, and back
+from aisys_grader import checker
 
 check = checker("07-inference/triton_flash_attention", globals())
 
 DEVICE = device.current()
 print(device.describe())
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 LOG2_E = 1.4426950408889634
-
-
-def to_device(x, dtype):
-    """The numpy array x as a contiguous tensor of `dtype` ("fp32", "fp16" or "bf16") on DEVICE."""
-    return torch.from_numpy(np.ascontiguousarray(x)).to(TORCH_DTYPES[dtype]).to(DEVICE)
-
-
-def to_numpy(t):
-    """A tensor as a numpy array on the host (bfloat16, which numpy lacks, as float32)."""
-    t = t.detach().cpu()
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
 
 # %% [markdown]

@@ -237,7 +237,8 @@ def _expert_ids(expert_ids, num_experts: int | None) -> torch.Tensor:
     if expert_ids.dim() not in (1, 2) or expert_ids.dtype.is_floating_point or expert_ids.dtype == torch.bool:
         raise ValueError(f"expert_ids must be integers of shape (T,) for top-1 or (T, k) for top-k, "
                          f"got {expert_ids.dtype} {tuple(expert_ids.shape)}")
-    if num_experts is not None and expert_ids.numel() and not (0 <= int(expert_ids.min()) and int(expert_ids.max()) < num_experts):
+    if (num_experts is not None and expert_ids.numel()
+            and not (0 <= int(expert_ids.min()) and int(expert_ids.max()) < num_experts)):
         bad = expert_ids[(expert_ids < 0) | (expert_ids >= num_experts)][0]
         raise ValueError(f"expert_ids must lie in [0, num_experts) = [0, {num_experts}); found {int(bad)}")
     return expert_ids.long()

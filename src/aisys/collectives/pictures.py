@@ -121,7 +121,8 @@ def draw_holdings(holdings, *, ax=None, title: str | None = None, world_size: in
                                    hatch="///" if block.reduced else None))
             ax.text(column + 0.5, y + 0.5, block.label(p), ha="center", va="center", fontsize=8,
                     fontweight="bold" if block.reduced else "normal", color="black",
-                    bbox={"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 1} if block.reduced else None)
+                    bbox={"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 1} if block.reduced
+                    else None)
     ax.set_xlim(0, width)
     ax.set_ylim(0, len(rows))
     ax.set_yticks([len(rows) - 0.5 - r for r in range(len(rows))], [f"rank {r}" for r in range(len(rows))])

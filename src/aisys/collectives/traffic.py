@@ -16,7 +16,8 @@ import torch.distributed as dist
 COLLECTIVES = {
     "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
     "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
-    "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor", "all_gather_single": "all_gather_into_tensor",
+    "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
+    "all_gather_single": "all_gather_into_tensor",
     "allgather_coalesced": "all_gather", "allgather_into_tensor_coalesced": "all_gather_into_tensor",
     "all_gather_single_coalesced": "all_gather_into_tensor",
     "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter_tensor",

@@ -30,7 +30,8 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
 
 
 def recursive_doubling_all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
-    """In log2 p rounds, rank r exchanges its whole tensor with r XOR 2^k and combines: every rank ends with the result."""
+    """In log2 p rounds, rank r exchanges its whole tensor with r XOR 2^k and combines: every rank ends with the
+    result."""
     return _run(tensor, op, _recursive_doubling)
 
 
@@ -206,8 +207,8 @@ def _check_tensor(tensor) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype not in DTYPES:
-        raise TypeError(f"tensor must have one of the dtypes {', '.join(str(d).removeprefix('torch.') for d in DTYPES)}; "
-                        f"got {str(tensor.dtype).removeprefix('torch.')}")
+        names = ", ".join(str(d).removeprefix("torch.") for d in DTYPES)
+        raise TypeError(f"tensor must have one of the dtypes {names}; got {str(tensor.dtype).removeprefix('torch.')}")
     if not tensor.is_contiguous():
         raise ValueError("tensor must be contiguous: the reduction runs in place on its flat view "
                          "(pass tensor.contiguous() and copy the result back)")
@@ -259,7 +260,8 @@ def recursive_doubling_peers(rank: int, world_size: int) -> tuple[list[int], lis
 
 def choose_algorithm(nbytes: float, world_size: int, alpha: float, beta: float,
                      candidates: tuple[str, ...] = ALGORITHMS) -> str:
-    """The candidate with the lowest predicted all-reduce time (`aisys.collectives.cost`); a tie goes to the first listed.
+    """The candidate with the lowest predicted all-reduce time (`aisys.collectives.cost`); a tie goes to the first
+    listed.
 
     Ring against recursive doubling, the two cross where lg p (α + nβ) = 2(p-1) α + 2(p-1)/p nβ
     (⌊lg p⌋ + 2 steps for recursive doubling when p is not a power of two), at

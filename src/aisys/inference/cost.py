@@ -17,7 +17,8 @@ from .model import ModelConfig
 
 
 def matmul_parameters(config: ModelConfig) -> int:
-    """Weights that every token multiplies through in the transformer blocks (not the embedding lookup, not the norms)."""
+    """Weights that every token multiplies through in the transformer blocks (not the embedding lookup, not the
+    norms)."""
     kv_width = config.n_kv_heads * config.head_dim
     per_layer = 2 * config.d_model * config.d_model + 2 * config.d_model * kv_width + 3 * config.d_model * config.d_ff
     return config.n_layers * per_layer
@@ -58,6 +59,7 @@ def _check_batch(batch) -> list[tuple[int, int]]:
     for i, pair in enumerate(pairs):
         if len(pair) != 2:
             raise ValueError(f"batch[{i}] must be a (new, cached) pair of token counts, got {pair!r}")
-        new, cached = nonnegative_int(f"batch[{i}] new tokens", pair[0]), nonnegative_int(f"batch[{i}] cached tokens", pair[1])
+        new = nonnegative_int(f"batch[{i}] new tokens", pair[0])
+        cached = nonnegative_int(f"batch[{i}] cached tokens", pair[1])
         checked.append((new, cached))
     return checked

@@ -1,4 +1,5 @@
-"""FlashAttention's forward pass in numpy: attention in tiles with the online softmax, never holding the (Tq, Tk) scores.
+"""FlashAttention's forward pass in numpy: attention in tiles with the online softmax, never holding the (Tq, Tk)
+scores.
 
 Standard attention computes S = q k^T * scale, P = softmax(S) and O = P v as three steps, and
 between them the (Tq, Tk) matrices S and P go to memory and back: at T = 4096 that is 4096^2
@@ -122,7 +123,7 @@ def flash_attention(q, k, v, *, causal: bool = True, block_q: int = DEFAULT_BLOC
         rows = slice(i * block_q, min((i + 1) * block_q, t_q))
         q_tile = qh[:, :, rows]
         m = np.full(q_tile.shape[:-1], -np.inf, dtype)
-        l = np.zeros(q_tile.shape[:-1], dtype)  # noqa: E741  the paper's name
+        l = np.zeros(q_tile.shape[:-1], dtype)
         acc = np.zeros(q_tile.shape, dtype)
         for _, j, masked in tiles:
             cols = slice(j * block_k, min((j + 1) * block_k, t_k))
@@ -183,7 +184,7 @@ def _finite(m):
     return np.where(np.isneginf(m), 0.0, m)
 
 
-def _check_state(side: str, m, l, acc):  # noqa: E741
+def _check_state(side: str, m, l, acc):
     if l.shape != m.shape:
         raise ValueError(f"l{side} must have the shape of m{side} {m.shape} (one sum per row), got {l.shape}")
     if acc.ndim != m.ndim + 1 or acc.shape[:-1] != m.shape:

@@ -167,7 +167,8 @@ class Transformer:
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"tokens must be a non-empty 1-D sequence of integer ids, got {_describe(tokens)}")
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
-            raise ValueError(f"tokens must be ids in [0, {self.config.vocab_size}), got values from {ids.min()} to {ids.max()}")
+            raise ValueError(f"tokens must be ids in [0, {self.config.vocab_size}), got values from {ids.min()} to "
+                             f"{ids.max()}")
         if ids.size > self.config.max_seq_len:
             raise ValueError(f"tokens holds {ids.size} ids, more than max_seq_len={self.config.max_seq_len}")
         return ids.astype(np.int64)

@@ -67,7 +67,8 @@ class BlockManager:
     # ------------------------------------------------------------------------------------ questions
 
     def blocks_needed(self, seq_id: int, n: int = 1) -> int:
-        """Free blocks that `append(seq_id, n)` takes: new blocks for the tokens, plus one to copy a shared last block."""
+        """Free blocks that `append(seq_id, n)` takes: new blocks for the tokens, plus one to copy a shared last
+        block."""
         table, length = self.tables[self._known("seq_id", seq_id)], self.lengths[seq_id]
         positive_int("n", n)
         copy = length % self.block_size != 0 and self.ref_counts[table[-1]] > 1
@@ -139,7 +140,8 @@ class BlockManager:
 
     def _known(self, name: str, seq_id) -> int:
         if seq_id not in self.tables:
-            raise ValueError(f"{name} must be a sequence of this manager (one of {sorted(self.tables)}), got {seq_id!r}")
+            raise ValueError(f"{name} must be a sequence of this manager (one of {sorted(self.tables)}), got "
+                             f"{seq_id!r}")
         return seq_id
 
     def _new(self, name: str, seq_id) -> int:
@@ -172,7 +174,8 @@ def check_invariants(manager_or_state) -> None:
     for seq_id, tokens, table in s["sequences"]:
         for block in table:
             if not 0 <= block < num_blocks:
-                raise InvariantError(f"sequence {seq_id}'s table {table} holds block {block}, outside 0..{num_blocks - 1}")
+                raise InvariantError(f"sequence {seq_id}'s table {table} holds block {block}, outside "
+                                     f"0..{num_blocks - 1}")
             holders[block] += 1
         if not (len(table) - 1) * block_size < tokens <= len(table) * block_size:
             raise InvariantError(

@@ -279,7 +279,8 @@ def synthetic_workload(num_requests: int, *, seed: int = 0, num_system_prompts: 
         positive_int(name, value)
     nonnegative_int("example_len", example_len)
     for name, span in (("message_len", message_len), ("answer_len", answer_len)):
-        if not (len(span) == 2 and 0 <= nonnegative_int(f"{name}[0]", span[0]) <= nonnegative_int(f"{name}[1]", span[1])):
+        if not (len(span) == 2
+                and 0 <= nonnegative_int(f"{name}[0]", span[0]) <= nonnegative_int(f"{name}[1]", span[1])):
             raise ValueError(f"{name} must be a (low, high) range of token counts with low <= high, got {span!r}")
     if not 0 <= follow_up <= 1:
         raise ValueError(f"follow_up must be a probability in [0, 1], got {follow_up!r}")

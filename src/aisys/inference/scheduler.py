@@ -68,7 +68,8 @@ class Request:
         if isinstance(self.id, bool) or not isinstance(self.id, Integral):
             raise TypeError(f"Request id must be an integer, got {self.id!r}")
         if isinstance(self.arrival, bool) or not isinstance(self.arrival, Real) or not 0 <= self.arrival < math.inf:
-            raise ValueError(f"request {self.id}: arrival must be a finite number of seconds >= 0, got {self.arrival!r}")
+            raise ValueError(f"request {self.id}: arrival must be a finite number of seconds >= 0, got "
+                             f"{self.arrival!r}")
         positive_int(f"request {self.id}: prompt_len", self.prompt_len)
         positive_int(f"request {self.id}: output_len", self.output_len)
 
@@ -353,7 +354,8 @@ def metrics(schedule: Schedule) -> dict:
     summary = {"requests": len(records), "output_tokens": output_tokens, "makespan": makespan,
                "throughput": output_tokens / makespan, "preemptions": sum(r.preemptions for r in records)}
     tpots = [r.tpot for r in records if r.request.output_len > 1]
-    for name, values in (("ttft", [r.ttft for r in records]), ("tpot", tpots), ("latency", [r.latency for r in records])):
+    latencies = [r.latency for r in records]
+    for name, values in (("ttft", [r.ttft for r in records]), ("tpot", tpots), ("latency", latencies)):
         for q in (50, 99):
             summary[f"{name}_p{q}"] = float(np.percentile(values, q)) if values else math.nan
     return summary

@@ -4,7 +4,9 @@ import os
 
 import torch
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # computed in float32 inside the kernels
+from aisys.tensors import TORCH_DTYPES
+
+FLOAT_DTYPES = tuple(TORCH_DTYPES.values())  # float32, float16, bfloat16: computed in float32 inside the kernels
 
 
 def interpreted() -> bool:

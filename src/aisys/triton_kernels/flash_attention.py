@@ -27,19 +27,15 @@ BLOCK_N, num_warps and num_stages are autotuned per shape; the interpreter runs 
 Float32 inputs are multiplied in IEEE float32 (`_tensors.dot_precision`), not the GPU's default TF32.
 """
 
-from aisys import device
+import math
 
-device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
+import torch
+import triton
+import triton.language as tl
 
-import math  # noqa: E402
+from aisys._validate import positive_number
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from aisys._validate import positive_number  # noqa: E402
-
-from ._tensors import dot_precision, float_tensor, interpreted  # noqa: E402
+from ._tensors import dot_precision, float_tensor, interpreted
 
 HEAD_SIZES = (16, 32, 64, 128)
 LOG2_E = 1.4426950408889634  # exp(x) == exp2(x * LOG2_E)

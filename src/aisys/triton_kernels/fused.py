@@ -27,19 +27,15 @@ blocks of columns), so the bias it needs is the contiguous slice
 bias[cols]; the mask `cols < N` keeps the last block of a ragged row inside it.
 """
 
-from aisys import device
+import torch
+import triton
+import triton.language as tl
 
-device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
+from aisys import roofline
+from aisys._validate import positive_int
+from aisys.dtypes import bytes_per_element
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from aisys import roofline  # noqa: E402
-from aisys._validate import positive_int  # noqa: E402
-from aisys.dtypes import bytes_per_element  # noqa: E402
-
-from ._tensors import float_tensor  # noqa: E402
+from ._tensors import float_tensor
 
 BLOCK_N = 1024  # columns per program: 8 values per thread with 4 warps, two 16-byte loads of float16
 

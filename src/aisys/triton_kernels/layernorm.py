@@ -34,15 +34,11 @@ lanes merged at the end) and once for y. The host functions pick the kernel;
 `block=` forces the looping one.
 """
 
-from aisys import device
+import torch
+import triton
+import triton.language as tl
 
-device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from ._tensors import float_tensor  # noqa: E402
+from ._tensors import float_tensor
 
 MAX_FUSED_BYTES = 65536  # a row up to this size is held in registers by one program (16384 float32 values)
 LOOP_BLOCK = 4096  # columns per step of the looping kernels, for rows longer than that

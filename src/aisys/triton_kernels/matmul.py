@@ -19,15 +19,11 @@ On a GPU the tile sizes are autotuned per (M, N, K) among configurations that
 suit Hopper and Ampere; Triton's interpreter (a CPU) runs one small tile.
 """
 
-from aisys import device
+import torch
+import triton
+import triton.language as tl
 
-device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from aisys.triton_kernels._tensors import interpreted, tensor_on_triton_device  # noqa: E402
+from aisys.triton_kernels._tensors import interpreted, tensor_on_triton_device
 
 DTYPES = (torch.float16, torch.bfloat16)
 

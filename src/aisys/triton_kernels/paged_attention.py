@@ -38,19 +38,15 @@ Float32 inputs are multiplied in IEEE float32 (`_tensors.dot_precision`), not th
 import heapq
 import math
 
-from aisys import device
+import numpy as np
+import torch
+import triton
+import triton.language as tl
 
-device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
+from aisys._validate import positive_int
+from aisys.inference.paged_attention import check_layout, check_paged_shapes
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from aisys._validate import positive_int  # noqa: E402
-from aisys.inference.paged_attention import check_layout, check_paged_shapes  # noqa: E402
-
-from ._tensors import FLOAT_DTYPES, dot_precision, interpreted, tensor_on_triton_device  # noqa: E402
+from ._tensors import FLOAT_DTYPES, dot_precision, interpreted, tensor_on_triton_device
 
 PARTITION_SIZE = 512  # tokens per split-K program, vLLM's paged_attention_v2 choice
 MIN_DOT = 16  # tl.dot's smallest dimension

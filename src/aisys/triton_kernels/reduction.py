@@ -38,17 +38,13 @@ over groups of 16 lanes); other lengths load element by element, more slowly.
 import functools
 from dataclasses import dataclass
 
-from aisys import device
+import torch
+import triton
+import triton.language as tl
 
-device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
+from aisys._validate import positive_int
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from aisys._validate import positive_int  # noqa: E402
-
-from ._tensors import float_tensor, interpreted  # noqa: E402
+from ._tensors import float_tensor, interpreted
 
 
 @dataclass(frozen=True)

@@ -28,17 +28,13 @@ Kernels load float32, float16 or bfloat16, compute in float32, and store in
 x's dtype.
 """
 
-from aisys import device
+import torch
+import triton
+import triton.language as tl
 
-device.use_triton_interpreter()  # before triton is imported: a CPU runs Triton in its interpreter
+from aisys._validate import positive_int
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from aisys._validate import positive_int  # noqa: E402
-
-from ._tensors import float_tensor, interpreted  # noqa: E402
+from ._tensors import float_tensor, interpreted
 
 # Longest row the fused kernel takes on a GPU: 16384 float32 in registers are 32 per thread with 16 warps. Longer rows
 # go online, in blocks of ONLINE_BLOCK.
