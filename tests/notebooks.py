@@ -1,13 +1,13 @@
 """Test helpers: run an exercise notebook's code in this process and grade it with the registered checks."""
 
+import linecache
 from pathlib import Path
 
-import linecache
-
+import jupytext
 import nbformat
-
 from aisys_grader import InProcessStudent, checks_for, run
 from aisys_grader.exercise import exercise_ids
+from aisys_grader.wrong import Answer, wrong_program
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = exercise_ids()
@@ -34,23 +34,42 @@ def _run(code: str, filename: str, scope: dict) -> None:
     exec(compile(code, filename, "exec"), scope)
 
 
-def namespace(path: Path, extra_code: str = "") -> dict:
-    """Globals after running every ungraded code cell of a notebook, then `extra_code`.
+def namespace(path: Path | nbformat.NotebookNode, extra_code: str = "", name: str = "") -> dict:
+    """Globals after running every ungraded code cell of a notebook (a file, or one named `name`), then
+    `extra_code`.
 
     Like a kernel asked to run all cells, a cell that raises does not stop the rest.
     """
-    notebook = nbformat.read(path, as_version=4)
+    notebook = path if isinstance(path, nbformat.NotebookNode) else nbformat.read(path, as_version=4)
+    name = name or path.name
     scope = {"__name__": "__main__", "In": [""]}  # IPython's input history: what the clean room runs again
     for cell in notebook.cells:
         if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
             scope["In"].append(cell.source)
             try:
-                _run(cell.source, f"<{path.name}:{cell.id}>", scope)
+                _run(cell.source, f"<{name}:{cell.id}>", scope)
             except Exception:
                 pass
     scope["In"].append(extra_code)
-    _run(extra_code, f"<{path.name}:extra>", scope)
+    _run(extra_code, f"<{name}:extra>", scope)
     return scope
+
+
+def wrong_notebook(exercise: str, answer: Answer, source: Path | None = None) -> nbformat.NotebookNode:
+    """The nbgrader source notebook of `exercise` (at `source`, default the repository's) with a known-wrong
+    answer's edits in its cells."""
+    notebook = nbformat.read(source or source_notebook(exercise), as_version=4)
+    edited = jupytext.reads(wrong_program(exercise, answer), fmt="py:percent").cells
+    assert len(edited) == len(notebook.cells), f"{exercise}:{answer.name}: the edits add or remove cells"
+    for cell, source in zip(notebook.cells, edited):
+        cell.source = source.source
+    return notebook
+
+
+def wrong_namespace(exercise: str, answer: Answer, source: Path | None = None) -> dict:
+    """Globals of the wrong answer's notebook run as a student's would (then of its code, if any)."""
+    return namespace(wrong_notebook(exercise, answer, source), extra_code=answer.code,
+                     name=f"{exercise}:{answer.name}")
 
 
 def grade(exercise: str, scope: dict, *, hidden: bool, seed: int | None = None) -> dict:

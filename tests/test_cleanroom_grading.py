@@ -13,20 +13,19 @@ import jupytext
 import nbformat
 import pytest
 
-from aisys_grader import cleanroom, plain
+from aisys_grader import cleanroom, plain, wrong
 from aisys_grader.exercise import find
 from aisys_grader.course import grade
 from aisys_grader.engine import Timeouts, student_program
 from aisys_grader.sandbox import Sandbox
 from aisys_grader.student import payload
-from notebooks import ROOT
+from notebooks import ROOT, wrong_notebook
 from processes import leftovers
 from test_grading import LIMITS, jobs_in, make_course, needs_sandbox, slug
 
 # The simulator runs every kernel thread in Python, and 8 ranks start in turn on a loaded 2-core machine:
 # these notebooks need longer than TIMEOUTS' roofline notebook does.
 TIMEOUTS = Timeouts(cell=120, call=120, notebook=900)
-WRONG = ROOT / "tests" / "wrong_answers"
 
 
 def handout_and_source(exercise: str):
@@ -77,14 +76,12 @@ simt_launch.run = forged_run
 
 
 def reduction_submissions() -> dict:
-    handout, source = handout_and_source("02-gpu-programming/reduction")
-    wrong = (WRONG / "02-gpu-programming" / "reduction" / "interleaved_addressing.py").read_text()
+    exercise = "02-gpu-programming/reduction"
+    handout, _ = handout_and_source(exercise)
+    answer = next(a for a in wrong.answers(exercise) if a.name == "interleaved_addressing")
 
-    def interleaved():  # the wrong answer's tree_kernel, after the solution's, as tests/test_exercises.py applies it
-        notebook = student_program(handout, source)
-        cell = next(c for c in answers(notebook) if "def block_sums_tree(" in c.source)
-        cell.source += "\n\n\n" + wrong
-        return notebook
+    def interleaved():  # the known-wrong answer's notebook, its tree_kernel edited as tests/test_exercises.py runs it
+        return student_program(handout, wrong_notebook(exercise, answer))
 
     return {"interleaved addressing": interleaved(),
             "interleaved addressing, reports forged": with_cell_after_setup(interleaved(), FORGE_REPORTS)}

@@ -13,11 +13,12 @@ import torch
 
 from aisys import cuda_c, ptx
 from aisys.cuda_c import reduction, softmax, transpose
+from aisys_grader import wrong
 from run_solutions import ROOT  # not notebooks: the GPU tests run where the notebook tool chain is missing
 
 EXERCISE = "02-gpu-programming/cuda_c"
 SOLUTION = ROOT / "solutions" / EXERCISE / "notebook.py"
-WRONG = sorted((ROOT / "tests" / "wrong_answers" / EXERCISE).glob("*.py"))
+WRONG = wrong.answers(EXERCISE)
 REFERENCES = {"SUM_SOURCE": reduction, "SOFTMAX_SOURCE": softmax, "TRANSPOSE_SOURCE": transpose}
 KERNELS = {"SUM_SOURCE": "block_sum", "SOFTMAX_SOURCE": "softmax_rows", "TRANSPOSE_SOURCE": "transpose_tiled"}
 
@@ -27,12 +28,13 @@ needs_nvrtc = pytest.mark.skipif(importlib.util.find_spec("cuda.bindings") is No
 
 
 def notebook_scope(answer="solution"):
-    """The globals of the solution notebook (then of a wrong answer's code), or of the blank student notebook."""
+    """The globals of the solution notebook, of a known-wrong answer's, or of the blank student notebook."""
     notebooks = pytest.importorskip("notebooks", reason="needs the notebook tool chain (nbformat)")
     if answer == "blank":
         return notebooks.namespace(notebooks.student_notebook(EXERCISE))
-    return notebooks.namespace(notebooks.source_notebook(EXERCISE),
-                               extra_code="" if answer == "solution" else answer.read_text())
+    if answer == "solution":
+        return notebooks.namespace(notebooks.source_notebook(EXERCISE))
+    return notebooks.wrong_namespace(EXERCISE, answer)
 
 
 def grade(scope, hidden):
@@ -54,7 +56,7 @@ def test_the_reference_is_the_solution():
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("answer", ["solution", *WRONG], ids=lambda p: getattr(p, "stem", p))
+@pytest.mark.parametrize("answer", ["solution", *WRONG], ids=lambda a: getattr(a, "name", a))
 def test_every_source_compiles_without_a_gpu(answer):
     """The solution's kernels and every wrong answer's (a wrong answer must be wrong, not broken)."""
     scope = notebook_scope(answer)
@@ -87,7 +89,7 @@ def test_the_compiler_reports_errors_with_its_messages():
 
 # Without a GPU -------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("answer", ["solution", "blank", *WRONG], ids=lambda p: getattr(p, "stem", p))
+@pytest.mark.parametrize("answer", ["solution", "blank", *WRONG], ids=lambda a: getattr(a, "name", a))
 def test_the_checks_are_skipped_without_a_gpu_never_passed_or_failed(monkeypatch, capsys, answer):
     monkeypatch.setenv("AISYS_DEVICE", "cpu")  # also on a machine with a GPU
     scope = notebook_scope(answer)

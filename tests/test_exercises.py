@@ -6,16 +6,16 @@ should not have) and is then reported as skipped, never as passed.
 """
 
 import pytest
-
-from aisys_grader import checks_for
+from aisys_grader import checks_for, wrong
+from aisys_grader.exercise import find
 from hidden_data import grade_watching
-from notebooks import EXERCISES, ROOT, grade, graded_cells, namespace, source_notebook, student_notebook
-
-WRONG = ROOT / "tests" / "wrong_answers"
+from notebooks import EXERCISES, grade, graded_cells, namespace, source_notebook, student_notebook, wrong_namespace
 
 
-def wrong_answers(exercise: str):
-    return sorted((WRONG / exercise).glob("*.py"))
+def wrong_answers(exercise: str) -> list[wrong.Answer]:
+    """As written (the test validates their checks: reading them all for collection would import every check)."""
+    path = find(exercise).wrong_answers
+    return wrong.read(path) if path.exists() else []
 
 
 def skip_if_skipped(exercise: str, results: list) -> None:
@@ -70,27 +70,31 @@ def test_student_notebook_holds_no_solution_or_hidden_check(exercise):
 
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_exercise_has_known_wrong_answers(exercise):
-    assert len(wrong_answers(exercise)) >= 3, f"keep at least three known-wrong answers in {WRONG / exercise}"
+    path = find(exercise).wrong_answers
+    assert len(wrong_answers(exercise)) >= 3, f"keep at least three known-wrong answers in {path}"
 
 
-@pytest.mark.parametrize("path", [p for e in EXERCISES for p in wrong_answers(e)], ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_known_wrong_answer_fails_exactly_its_checks(path):
-    """Each file overrides some solution functions and lists in FAILS the checks that must reject it. On the first
-    seed its failure messages are also searched for the hidden data they must never show (hidden_data.py)."""
-    exercise = str(path.parent.relative_to(WRONG))
-    scope = namespace(source_notebook(exercise), extra_code=path.read_text())
-    expected = set(scope["FAILS"])
-    assert expected <= set(checks_for(exercise)), f"{path.name} names unknown checks"
+WRONG_ANSWERS = [(e, a.name) for e in EXERCISES for a in wrong_answers(e)]
+
+
+@pytest.mark.parametrize("exercise, name", WRONG_ANSWERS, ids=[f"{e}:{n}" for e, n in WRONG_ANSWERS])
+def test_known_wrong_answer_fails_exactly_its_checks(exercise, name):
+    """Each answer edits the solution with a typical mistake (wrong_answers.toml) and lists the checks that must
+    reject it; its notebook runs as a student's would. On the first seed its failure messages are also searched
+    for the hidden data they must never show (hidden_data.py)."""
+    answer = next(a for a in wrong.answers(exercise) if a.name == name)  # its checks validated
+    scope = wrong_namespace(exercise, answer)
+    expected = set(answer.fails)
     seen = []
     for seed in (1, 2, 3):
         if seed == 1:
             results, leaks = grade_watching(exercise, scope, seed)
-            assert not leaks, f"{path.name}: hidden data in failure messages: {leaks}"
+            assert not leaks, f"{name}: hidden data in failure messages: {leaks}"
         else:
             results = grade(exercise, scope, hidden=True, seed=seed)
-        failed = {name for name, r in results.items() if r.failed}
-        skipped = {name for name, r in results.items() if r.skipped}
-        assert failed == expected - skipped, (f"{path.name}, seed {seed}: failed {sorted(failed)}, "
+        failed = {check for check, r in results.items() if r.failed}
+        skipped = {check for check, r in results.items() if r.skipped}
+        assert failed == expected - skipped, (f"{exercise}:{name}, seed {seed}: failed {sorted(failed)}, "
                                               f"expected {sorted(expected - skipped)} (skipped: {sorted(skipped)})")
         seen += results.values()
     skip_if_skipped(exercise, seen)

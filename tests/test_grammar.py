@@ -7,10 +7,9 @@ import jupytext
 import numpy as np
 import pytest
 
-from aisys_grader import CheckFailure, cleanroom, grammar
+from aisys_grader import CheckFailure, cleanroom, grammar, wrong
 from aisys_grader.exercise import find
 from aisys_grader.student import InProcessStudent, payload
-from notebooks import ROOT
 
 SIMT_EXERCISES = [f"02-gpu-programming/{name}" for name in
                   ("vector_add", "reduction", "transpose", "histogram", "scan", "bitonic_sort")]
@@ -19,9 +18,10 @@ NOT_GRADED = {  # definitions of locked cells the clean room may refuse: demos t
     "check", "checker", "traffic", "run_ranks", "RanksFailed", "show_on_ranks", "bytes_sent_per_rank", "moe_demo"}
 
 
-def cells(exercise: str) -> list[tuple[list[str], str]]:
-    """(tags, source) of each code cell of an exercise's solution notebook."""
-    notebook = jupytext.read(find(exercise).notebook)
+def cells(exercise: str, answer: wrong.Answer | None = None) -> list[tuple[list[str], str]]:
+    """(tags, source) of each code cell of an exercise's solution notebook, or of a known-wrong answer's."""
+    notebook = jupytext.read(find(exercise).notebook) if answer is None else \
+        jupytext.reads(wrong.wrong_program(exercise, answer), fmt="py:percent")
     return [(c.metadata.get("tags", []), c.source) for c in notebook.cells if c.cell_type == "code"]
 
 
@@ -31,14 +31,13 @@ def dialect_of(exercise: str) -> grammar.Dialect:
 
 @pytest.mark.parametrize("exercise", SIMT_EXERCISES + RANKS_EXERCISES)
 def test_every_definition_of_the_solutions_and_known_wrong_answers_is_accepted(exercise):
-    sources = [source for _, source in cells(exercise)]
     answers = [source for tags, source in cells(exercise) if "solution" in tags]
-    wrong = [p.read_text() for p in sorted((ROOT / "tests" / "wrong_answers" / exercise).glob("*.py"))]
     modules = cleanroom.student_may_import(exercise)
-    for extra in [None, *wrong]:
-        read = grammar.read(sources + ([extra] if extra else []), dialect_of(exercise), modules)
+    for answer in [None, *wrong.answers(exercise)]:
+        sources = [source for _, source in cells(exercise, answer)] + ([answer.code] if answer and answer.code else [])
+        read = grammar.read(sources, dialect_of(exercise), modules)
         refused = {name: str(d.refusal) for d in read if d.refusal for name in d.names}
-        assert set(refused) <= NOT_GRADED, refused
+        assert set(refused) <= NOT_GRADED, (answer and answer.name, refused)
     assert answers and not {n for d in grammar.read(answers, dialect_of(exercise)) for n in d.names} & NOT_GRADED
 
 

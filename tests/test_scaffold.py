@@ -8,7 +8,8 @@ import yaml
 import aisys_exercises
 from aisys_grader.generate import generate
 from aisys_grader.scaffold import new
-from notebooks import ROOT, grade, namespace
+from aisys_grader import wrong
+from notebooks import ROOT, grade, namespace, wrong_namespace
 
 EXERCISE = "98-scaffold/scale"
 
@@ -46,6 +47,15 @@ def test_the_template_solution_passes_and_its_blank_fails(scaffolded):
         assert all(r.passed for r in grade(EXERCISE, solution, hidden=hidden, seed=1).values())
         results = grade(EXERCISE, blank, hidden=hidden, seed=1).values()
         assert results and all(r.failed and "not implemented yet" in r.message for r in results)
+
+
+def test_the_template_wrong_answer_fails_exactly_its_checks(scaffolded):
+    tmp_path, _ = scaffolded
+    [answer] = wrong.answers(EXERCISE)
+    scope = wrong_namespace(EXERCISE, answer, tmp_path / "out" / "autograder" / "source" / f"{EXERCISE}.ipynb")
+    for seed in (1, 2, 3):
+        failed = {n for n, r in grade(EXERCISE, scope, hidden=True, seed=seed).items() if r.failed}
+        assert failed == set(answer.fails) == {"scales"}
 
 
 def test_new_refuses_what_it_cannot_do_and_overwrites_nothing(tmp_path):

@@ -1,8 +1,0 @@
-"""Gives int4 a whole byte: right for every format the visible checks use, wrong for packed 4-bit weights."""
-
-FAILS = ["bytes_per_element", "gemm_cost", "elementwise_cost", "softmax_cost"]
-
-
-def bytes_per_element(dtype):
-    return {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1,
-            "int32": 4, "int8": 1, "int4": 1}[dtype]
