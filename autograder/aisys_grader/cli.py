@@ -58,8 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         from .generate import repository
         from .scaffold import new
 
+        toc = repository() / "book" / "_toc.yml"
+        if not toc.exists():
+            print(f"no {toc}: the exercise is not listed in a book")
         try:
-            written = new(args.exercise, args.title, toc=repository() / "book" / "_toc.yml")
+            written = new(args.exercise, args.title, toc=toc if toc.exists() else None)
         except ValueError as error:
             parser.exit(2, f"aisys-grader: error: {error}\n")
         for path in written:
