@@ -125,22 +125,33 @@ def find(exercise: str) -> Exercise:
                      f"exercises: {', '.join(known[:5])}{', ...' if len(known) > 5 else ''}")
 
 
+def read_toml(path: Path) -> dict:
+    """A TOML file's table; ValueError naming the file where it cannot be read."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"{path}: not a readable TOML file: {error}") from None
+
+
+def check_keys(label: str, table: dict, kinds: dict[str, type], required) -> None:
+    """ValueError, starting with `label`, where `table` has a key not in `kinds`, lacks one of `required`, or
+    holds a value not of its key's kind (a TOML boolean is no number)."""
+    unknown = sorted(set(table) - set(kinds))
+    missing = [key for key in required if key not in table]
+    if unknown or missing:
+        raise ValueError(f"{label}: " + "; ".join(([f"unknown keys {unknown}"] if unknown else [])
+                                                  + ([f"missing keys {missing}"] if missing else []))
+                         + f"; it may have {', '.join(kinds)}")
+    for key, kind in kinds.items():
+        if key in table and (not isinstance(table[key], kind) or isinstance(table[key], bool)):
+            raise ValueError(f"{label}: {key} must be a {kind.__name__}, got {table[key]!r}")
+
+
 @cache
 def read_spec(path: Path) -> Spec:
     """Read and validate a spec.toml; an error names the file, the key and what was expected."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ValueError(f"{path}: not a readable TOML file: {error}") from None
-    unknown = sorted(set(data) - set(SPEC_KEYS))
-    missing = [key for key in REQUIRED if key not in data]
-    if unknown or missing:
-        raise ValueError(f"{path}: " + "; ".join(
-            ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
-            + f"; a spec has {', '.join(SPEC_KEYS)}")
-    for key, kind in SPEC_KEYS.items():
-        if key in data and not isinstance(data[key], kind) or isinstance(data.get(key), bool):
-            raise ValueError(f"{path}: {key} must be a {kind.__name__}, got {data[key]!r}")
+    data = read_toml(path)
+    check_keys(str(path), data, SPEC_KEYS, REQUIRED)
     for key in ("reference", "student_may_import", "clean_room"):
         bad = [m for m in data.get(key, ())
                if not (isinstance(m, str) and re.fullmatch(r"aisys(\.[a-z_][a-z0-9_]*)+", m))]

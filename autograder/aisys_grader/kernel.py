@@ -157,15 +157,12 @@ class SandboxedKernel:
         while reply is None or not idle:
             if self.clock() - start > seconds or time.monotonic() - start_wall > wall:
                 return Execution("timeout", outputs, self.clock() - start)
+            # a kernel that exits closes its sockets a moment before its process is seen gone
+            if self._disconnected() and not self._exits_within(EXIT_GRACE):
+                self.kill(f"it sent a message larger than {MESSAGE_LIMIT // 2**20} MiB, or closed its "
+                          "connection to the grader")
             if not self.alive():
                 self.death = self.death or f"the kernel ended (exit status {self.job.process.poll()})"
-                return Execution("dead", outputs, self.clock() - start)
-            if self._disconnected():
-                if self._exits_within(EXIT_GRACE):  # a kernel that exits closes its sockets a moment before
-                    self.death = self.death or f"the kernel ended (exit status {self.job.process.poll()})"
-                else:
-                    self.kill(f"it sent a message larger than {MESSAGE_LIMIT // 2**20} MiB, or closed its "
-                              "connection to the grader")
                 return Execution("dead", outputs, self.clock() - start)
             message = self._message(self.client.iopub_channel, 0.02)
             if message is not None and _parent(message) == msg_id:

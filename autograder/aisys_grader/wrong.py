@@ -22,18 +22,12 @@ helper of the answer's own) does an answer hold `code` instead of edits: Python 
 """
 
 import re
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from .checks import checks_for
-from .exercise import find
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .exercise import check_keys, find, read_toml
 
 NAME = re.compile(r"[a-z0-9_]+")
 MARKER = re.compile(r"### (BEGIN|END) SOLUTION")  # as nbgrader finds them, in a comment of any language
@@ -59,10 +53,7 @@ class Answer:
 def read(path: Path, checks=None) -> list[Answer]:
     """The answers of a wrong_answers.toml, validated; `checks`, where given, are the names `fails` may list.
     An error names the file, the answer and the key."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ValueError(f"{path}: not a readable TOML file: {error}") from None
+    data = read_toml(path)
     if set(data) != {"answer"} or not isinstance(data["answer"], list):
         raise ValueError(f"{path}: expected [[answer]] tables only, got keys {sorted(data)}")
     answers = [_answer(path, i, entry, checks) for i, entry in enumerate(data["answer"])]
@@ -76,7 +67,7 @@ def _answer(path: Path, index: int, entry, checks) -> Answer:
     label = f"{path}: answer {entry.get('name', index + 1)!r}" if isinstance(entry, dict) else f"{path}: answer {index}"
     if not isinstance(entry, dict):
         raise TypeError(f"{label}: expected a table, got {entry!r}")
-    _keys(label, entry, ANSWER_KEYS, ("name", "mistake", "fails"))
+    check_keys(label, entry, ANSWER_KEYS, ("name", "mistake", "fails"))
     if not NAME.fullmatch(entry["name"]):
         raise ValueError(f"{label}: name must be lower-case letters, digits and _, got {entry['name']!r}")
     if not entry["mistake"].strip():
@@ -95,25 +86,13 @@ def _answer(path: Path, index: int, entry, checks) -> Answer:
         where = f"{label}, edit {i + 1}"
         if not isinstance(edit, dict):
             raise TypeError(f"{where}: expected a table with old and new, got {edit!r}")
-        _keys(where, edit, EDIT_KEYS, tuple(EDIT_KEYS))
+        check_keys(where, edit, EDIT_KEYS, tuple(EDIT_KEYS))
         if not edit["old"] or edit["old"] == edit["new"]:
             raise ValueError(f"{where}: old must be a snippet of the solution that new changes")
         edits.append(Edit(edit["old"], edit["new"]))
     if "edit" in entry and not edits or "code" in entry and not entry["code"].strip():
         raise ValueError(f"{label}: {'edit' if 'edit' in entry else 'code'} is empty")
     return Answer(entry["name"], entry["mistake"].strip(), tuple(fails), tuple(edits), entry.get("code", ""))
-
-
-def _keys(label: str, table: dict, kinds: dict, required: tuple) -> None:
-    unknown = sorted(set(table) - set(kinds))
-    missing = [key for key in required if key not in table]
-    if unknown or missing:
-        raise ValueError(f"{label}: " + "; ".join(([f"unknown keys {unknown}"] if unknown else [])
-                                                  + ([f"missing keys {missing}"] if missing else []))
-                         + f"; it may have {', '.join(kinds)}")
-    for key, kind in kinds.items():
-        if key in table and not isinstance(table[key], kind):
-            raise ValueError(f"{label}: {key} must be a {kind.__name__}, got {table[key]!r}")
 
 
 def answers(exercise: str) -> list[Answer]:
