@@ -7,6 +7,7 @@ from aisys_grader import CheckFailure, InProcessStudent, assert_close, check, ch
 from aisys_grader import plain
 from aisys_grader.checks import rng_for
 from aisys_grader.exercise import exercise_of_module, module_name
+from aisys_grader.compare import assert_format, redacted
 
 
 class AlwaysEqual:
@@ -150,7 +151,7 @@ def test_compare_cases_takes_a_tolerance_a_dtype_a_hint_a_comparison_and_a_name(
     with pytest.raises(CheckFailure, match=r"^case 2 of 2: half\(x=array\(.*\)\): result: 1 of 2 elements differ"):
         compare(tolerance=(0, 0))
     with pytest.raises(CheckFailure, match=r"^case 1 of 2: .*result: expected dtype float64, got float32\. Keep x's$"):
-        compare(same_dtype=True, hint=lambda case, got, expected: "Keep x's" if got.dtype != expected.dtype else "")
+        compare(dtype="reference", hint=lambda case, got, expected: "Keep x's" if got.dtype != expected.dtype else "")
     with pytest.raises(CheckFailure, match=r"^case 1 of 2: half of 2 values: odd$"):
         compare(compare=lambda got, expected, case: _fail("odd"), call=lambda case: f"half of {case['x'].size} values")
     with pytest.raises(CheckFailure) as raised:  # an error the student's code raised gets no hint
@@ -193,3 +194,20 @@ def test_tolerance_takes_the_short_names_exercises_use():
     from aisys_grader.compare import tolerance
     for short, long in (("fp32", "float32"), ("fp16", "float16"), ("bf16", "bfloat16")):
         assert tolerance(short) == tolerance(long) != (0.0, 0.0)
+
+
+def test_a_format_check_names_the_dtype_and_catches_float32_kept_where_bf16_was_asked_for():
+    bf16 = np.array([1.0, 0.5, np.nan, -np.inf], np.float32)  # values bf16 holds exactly
+    assert_format(bf16, "bf16")
+    assert_format(np.zeros(3, np.float16), "fp16")
+    assert_format(np.zeros(3, np.int64), "int64")
+    with pytest.raises(CheckFailure, match=r"^result: expected dtype fp16, got float32$"):
+        assert_format(np.zeros(3, np.float32), "fp16")
+    with pytest.raises(CheckFailure, match=r"expected dtype bf16 \(bf16 data is carried as float32\), got float16"):
+        assert_format(np.zeros(3, np.float16), "bf16")
+    with pytest.raises(CheckFailure, match=r"1 of 4 elements hold more bits than bf16 has \(np.float32\(0.1\) at "
+                                           r"index \(1,\)\): the result was kept in float32"):
+        assert_format(np.array([1.0, 0.1, 2.0, 0.0], np.float32), "bf16")
+    with redacted(), pytest.raises(CheckFailure) as raised:
+        assert_format(np.array([1.0, 0.1], np.float32), "bf16")
+    assert "0.1" not in str(raised.value)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import plain
 from .exercise import exercise_of_module, find
-from .compare import CheckFailure, CheckSkipped, assert_close, describe, redacted
+from .compare import CheckFailure, CheckSkipped, assert_close, assert_format, describe, redacted
 from .student import Student
 
 SEED_ENV = "AISYS_GRADING_SEED"  # the instructor's secret seed for hidden cases
@@ -187,14 +187,17 @@ def compare_timed(student: Student, function: str, make_case: Callable[[np.rando
 
 
 def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *, returns: str,
-                  hidden: bool, tolerance=None, same_dtype: bool = False, hint: Callable | None = None,
+                  hidden: bool, tolerance=None, dtype: str | Callable[[dict], str] | None = None,
+                  hint: Callable | None = None,
                   compare: Callable | None = None, call: Callable[[dict], str] | None = None) -> None:
     """Call `function` on each case (keyword arguments) and compare with `reference(**case)` as plain data; the first
     case that differs fails the check, with a message naming the case, the call and what differed.
 
     tolerance   (rtol, atol) for every case, or a function of the case giving them; None, for either or both, takes
                 the default of the expected value's dtype (compare.tolerance)
-    same_dtype  an array must also have the reference's dtype (assert_close compares values)
+    dtype       the result's format, which assert_close (values only) does not compare: "reference" (an array of
+                the reference's dtype), a format or dtype name as compare.assert_format takes ("bf16", "int32"), or
+                a function of the case giving one
     hint        hint(case, got, expected): what such a difference usually means, added to the message of a wrong
                 result ("" when there is nothing to add), never to an error the student's code raised; like every
                 message, it quotes a case's values only through compare.shown or unredacted
@@ -217,9 +220,11 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
                 compare(got, expected, case)
             else:
                 rtol, atol = (tolerance(case) if callable(tolerance) else tolerance) or (None, None)
-                if same_dtype and isinstance(got, np.ndarray) and isinstance(expected, np.ndarray) and \
-                        got.dtype != expected.dtype:
-                    raise CheckFailure(f"result: expected dtype {expected.dtype}, got {got.dtype}")
+                wanted = dtype(case) if callable(dtype) else dtype
+                if wanted == "reference" and isinstance(expected, np.ndarray):
+                    wanted = expected.dtype.name
+                if wanted not in (None, "reference"):
+                    assert_format(got, wanted)
                 assert_close(got, expected, rtol=rtol, atol=atol)
         except CheckFailure as failure:
             more = hint(case, got, expected) if hint else ""

@@ -200,3 +200,28 @@ def _assert_arrays_close(got: np.ndarray, expected: np.ndarray, rtol, atol, wher
         f"{where}: {int(bad.sum())} of {bad.size} elements differ (shape {expected.shape}, dtype {expected.dtype}); "
         f"largest error at index {tuple(int(i) for i in worst)}: {shown} (rtol={rtol:g}, atol={atol:g})"
     )
+
+
+FORMATS = {"fp32": "float32", "fp16": "float16", "bf16": "float32"}  # what the bridge carries each format in
+
+
+def assert_format(got, dtype: str, *, where: str = "result") -> None:
+    """Raise CheckFailure unless the array `got` is data of `dtype`: an exercise's format name ("fp32", "fp16",
+    "bf16") or a numpy dtype name ("int32"). bf16 travels as float32 (numpy has no bfloat16), so a bf16 result
+    must also hold only values bf16 can: the low 16 bits of each float32 zero. That catches a float32 result
+    returned where bf16 was asked for, which the values alone within bf16's tolerance would let through."""
+    if not isinstance(got, np.ndarray):
+        return  # assert_close reports a result of the wrong kind
+    wanted = FORMATS.get(dtype, dtype)
+    if got.dtype != np.dtype(wanted):
+        carried = " (bf16 data is carried as float32)" if dtype == "bf16" else ""
+        raise CheckFailure(f"{where}: expected dtype {dtype}{carried}, got {got.dtype}")
+    if dtype == "bf16":
+        bits = np.ascontiguousarray(got).view(np.uint32)
+        odd = ((bits & 0xFFFF) != 0) & ~np.isnan(got)
+        if odd.any():
+            first = tuple(int(i) for i in np.argwhere(odd)[0])
+            value = unredacted(f" ({got[first]!r} at index {first})")
+            raise CheckFailure(f"{where}: expected bf16 values, but {int(odd.sum())} of {got.size} elements hold "
+                               f"more bits than bf16 has{value}: the result was kept in float32 instead of being "
+                               "rounded to bf16 (store it into a bf16 tensor)")

@@ -151,7 +151,7 @@ def im2col(student, rng, hidden):
     for i, ((H, W, *geometry), dtype) in enumerate(plan):
         B, C = (1 + i % 2, 1 + i % 3) if hidden else (1, 2)  # batch 1 and channels 1 among them
         cases.append({"x": _data(rng, (B, C, H, W), dtype), **_arguments(*geometry)})
-    compare_cases(student, "im2col", cases, conv.im2col, returns="array", hidden=hidden, same_dtype=True,
+    compare_cases(student, "im2col", cases, conv.im2col, returns="array", hidden=hidden, dtype="reference",
                   hint=_im2col_hint)
 
 
@@ -205,14 +205,14 @@ def _conv_hint(case, got, expected) -> str:
 def conv2d_gemm(student, rng, hidden):
     """conv2d_gemm(x, w, stride, padding, dilation, groups=1) equals F.conv2d, exactly for integers."""
     compare_cases(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=False), _conv_reference,
-                  returns="array", hidden=hidden, same_dtype=True, hint=_conv_hint)
+                  returns="array", hidden=hidden, dtype="reference", hint=_conv_hint)
 
 
 @check(points=2)
 def conv2d_gemm_groups(student, rng, hidden):
     """conv2d_gemm with groups > 1 (depthwise included) equals F.conv2d with the same groups."""
     compare_cases(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=True), _conv_reference,
-                  returns="array", hidden=hidden, same_dtype=True, hint=_conv_hint)
+                  returns="array", hidden=hidden, dtype="reference", hint=_conv_hint)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -150,9 +150,9 @@ def prune_2_4(student, rng, hidden):
         cases += [_numbers(rng, _shape(rng), dtype) for dtype in DTYPES]
         cases += [rng.standard_normal(_shape(rng)).astype(str(rng.choice(["float32", "float64"]))) for _ in range(2)]
     cases = [{"W": W} for W in cases]
-    compare_cases(student, "mask_2_4", cases, sparsity.mask_2_4, returns="array", hidden=hidden, same_dtype=True,
+    compare_cases(student, "mask_2_4", cases, sparsity.mask_2_4, returns="array", hidden=hidden, dtype="reference",
                   hint=lambda case, got, expected: _pruning_hint(case["W"], got, expected))
-    compare_cases(student, "prune_2_4", cases, sparsity.prune_2_4, returns="array", hidden=hidden, same_dtype=True,
+    compare_cases(student, "prune_2_4", cases, sparsity.prune_2_4, returns="array", hidden=hidden, dtype="reference",
                   hint=lambda *_: "prune_2_4 keeps what mask_2_4 keeps, in W's dtype, and zeros the rest.")
 
 
@@ -167,7 +167,7 @@ def metadata(student, rng, hidden):
             M, K = _shape(rng)
             cases.append(pairs[rng.integers(0, 6, size=(M, K // 4))].reshape(M, K // 2))
     compare_cases(student, "pack_metadata", [{"indices": indices} for indices in cases], sparsity.pack_metadata,
-                  returns="array", hidden=hidden, same_dtype=True,
+                  returns="array", hidden=hidden, dtype="reference",
                   hint=lambda case, got, expected: _metadata_hint(case["indices"], got, expected))
     packed = [{"metadata": sparsity.pack_metadata(indices), "K": 2 * indices.shape[1]} for indices in cases]
     compare_cases(student, "unpack_metadata", packed, sparsity.unpack_metadata, returns="array", hidden=hidden,
@@ -228,7 +228,7 @@ def decompress(student, rng, hidden):
     for W in _two_four_cases(rng, hidden):
         values, metadata = sparsity.compress(W)
         cases.append({"values": values, "metadata": metadata, "K": W.shape[1]})
-    compare_cases(student, "decompress", cases, sparsity.decompress, returns="array", hidden=hidden, same_dtype=True,
+    compare_cases(student, "decompress", cases, sparsity.decompress, returns="array", hidden=hidden, dtype="reference",
                   hint=lambda *_: "Kept element t of a row goes to column 4 (t // 2) + its position, read from the "
                                   "metadata low bits first; every other element is 0.")
 
@@ -251,7 +251,7 @@ def sparse_matmul(student, rng, hidden):
         values, metadata = sparsity.compress(W)
         cases.append({"values": values, "metadata": metadata, "B": B})
     compare_cases(student, "sparse_matmul", cases, sparsity.sparse_matmul, returns="array", hidden=hidden,
-                  same_dtype=True, hint=lambda case, got, expected: _matmul_hint(got, expected))
+                  dtype="reference", hint=lambda case, got, expected: _matmul_hint(got, expected))
 
 
 @check(points=1)
