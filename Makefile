@@ -19,12 +19,24 @@ $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e ".[book,test]"
 	touch $@
 
+# Students' JupyterLab shows none of nbgrader's instructor tools (its menu, Create Assignment, Formgrader,
+# the course and assignment lists): aisys authors exercises in solutions/ and grades with aisys-grader.
+# Only "Validate" stays. nbgrader's docs disable them the same way, at the environment's level.
+NBGRADER_INSTRUCTOR_PLUGINS := menu create-assignment formgrader course-list assignment-list
+NBGRADER_INSTRUCTOR_SERVER  := formgrader course_list assignment_list
+$(BIN)/.student-lab: $(BIN)/.installed Makefile
+	$(BIN)/jupyter labextension disable --level=sys_prefix \
+		$(addprefix @jupyter/nbgrader:,$(NBGRADER_INSTRUCTOR_PLUGINS)) >/dev/null 2>&1
+	$(BIN)/jupyter server extension disable --sys-prefix \
+		$(addprefix nbgrader.server_extensions.,$(NBGRADER_INSTRUCTOR_SERVER)) >/dev/null 2>&1
+	touch $@
+
 # MathJax is served from the built book, never from a CDN.
 book/node_modules/.installed: book/package.json book/package-lock.json
 	cd book && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-build-book: $(BIN)/.installed book/node_modules/.installed
+build-book: $(BIN)/.student-lab book/node_modules/.installed
 	$(BIN)/jupyter-book build book --warningiserror --nitpick --keep-going
 	@echo
 	@echo "The book is built: open $(CURDIR)/$(HTML)/index.html"
@@ -39,7 +51,7 @@ lint: $(BIN)/.installed
 
 # One BLAS thread per process: pytest-xdist already runs a worker per core, and numpy's OpenBLAS threads
 # on top of them fight over the cores (the tiny model's small matrix products slowed down by 10x and more).
-test: lint book/node_modules/.installed
+test: lint $(BIN)/.student-lab book/node_modules/.installed
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
 
 # Regenerate the student and nbgrader notebooks from solutions/ (never edit those by hand).

@@ -1,9 +1,14 @@
 """One set of pins: requirements/constraints.txt. environment.yml and pyproject.toml must agree with it."""
 
+import json
 import re
+import sys
 import tomllib
+from pathlib import Path
 
+import pytest
 import yaml
+from jupyter_server.extension.config import ExtensionConfigManager
 from packaging.requirements import Requirement
 
 from notebooks import ROOT
@@ -49,3 +54,20 @@ def test_environment_yml_uses_the_same_pins():
         assert said == version, f"environment.yml pins {name}=={version}, constraints say {said}"
     missing = direct_dependencies() - {_name(n) for n in pinned}
     assert not missing, f"missing from environment.yml: {missing}"
+
+
+def test_students_jupyterlab_hides_nbgrader_instructor_tools():
+    """The environment README's commands make (Makefile, $(BIN)/.student-lab) disables every plugin of nbgrader's
+    lab extension but Validate, and the instructor's server extensions; a new nbgrader plugin must be decided on."""
+    lab = Path(sys.prefix, "share/jupyter/labextensions/@jupyter/nbgrader/static")
+    if not lab.is_dir():
+        pytest.skip("nbgrader's lab extension is not installed here")
+    plugins = set().union(*(re.findall(r'id:"(@jupyter/nbgrader:[a-z-]+)"', p.read_text()) for p in lab.glob("*.js")))
+    assert "@jupyter/nbgrader:create-assignment" in plugins, plugins
+    page_config = Path(sys.prefix, "etc/jupyter/labconfig/page_config.json")
+    written = json.loads(page_config.read_text()) if page_config.exists() else {}
+    disabled = {name for name, off in written.get("disabledExtensions", {}).items() if off}
+    assert plugins - disabled == {"@jupyter/nbgrader:validate-assignment"}
+    server = ExtensionConfigManager(read_config_path=[str(Path(sys.prefix, "etc/jupyter"))]).get_jpserver_extensions()
+    assert {name for name, on in server.items() if on and name.startswith("nbgrader.")} == \
+        {"nbgrader.server_extensions.validate_assignment"}
