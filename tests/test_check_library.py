@@ -211,3 +211,25 @@ def test_a_format_check_names_the_dtype_and_catches_float32_kept_where_bf16_was_
     with redacted(), pytest.raises(CheckFailure) as raised:
         assert_format(np.array([1.0, 0.1], np.float32), "bf16")
     assert "0.1" not in str(raised.value)
+
+
+def test_a_failed_check_shows_in_a_notebook_as_its_message_without_the_graders_frames(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("from aisys_grader import CheckFailure\n"
+                   "def grader_frame():\n    raise CheckFailure('case 1: wrong')\n"
+                   "grader_frame()")
+    shown = capsys.readouterr().out
+    assert "CheckFailure\x1b[0m: case 1: wrong" in shown and "grader_frame" not in shown
+
+
+def test_an_error_the_students_code_raised_names_its_line_outside_hidden_cases():
+    scope = {}
+    exec(compile("import numpy as np\ndef f(x):\n    y = np.zeros(2)\n    return y[x]\n", "cell.py", "exec"), scope)
+    student = InProcessStudent(scope)
+    with pytest.raises(CheckFailure, match=r"^`f` raised IndexError: index 5 .* \(in f, line 4\)$"):
+        student.call("f", 5, returns="number")
+    with redacted(), pytest.raises(CheckFailure) as raised:
+        student.call("f", 5, returns="number")
+    assert "line 4" not in str(raised.value)

@@ -9,6 +9,9 @@ here reports how the code ran (launch reports, messages): that is the clean room
 """
 
 import sys
+import sysconfig
+import traceback
+from pathlib import Path
 
 from . import plain
 
@@ -28,6 +31,21 @@ def _synchronize_gpus():
             pass  # CuPy without a usable GPU: nothing was queued
 
 
+# Frames in these folders are libraries' (Python's, numpy's, triton's, aisys's), never the student's code.
+_LIBRARIES = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+                   | {str(Path(__file__).parents[1]), str(Path(plain.__file__).parents[2] / "src")})
+
+
+def _where(error: BaseException) -> str:
+    """The student's line that raised (the innermost frame outside libraries): 'in f, line 3: x = y[9]', or ''.
+    Only unredacted messages show it: the reply is the student's to forge, so it could carry hidden data."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)[1:] if not f.filename.startswith(_LIBRARIES)]
+    if not frames:
+        return ""
+    frame, line = frames[-1], (frames[-1].line or "").strip()
+    return f"in {frame.name}, line {frame.lineno}" + (f": {line}" if line else "")
+
+
 def reply(namespace: dict, function: str, payload: str, returns: str) -> dict:
     """Call namespace[function] on the plain arguments in `payload`; say what happened, as plain data."""
     target = namespace.get(function)
@@ -40,7 +58,8 @@ def reply(namespace: dict, function: str, payload: str, returns: str) -> dict:
     except NotImplementedError:
         return {"status": "not_implemented"}
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: a graded call never ends the kernel
-        return {"status": "raised", "error": type(error).__name__, "message": str(error)[:2000]}
+        return {"status": "raised", "error": type(error).__name__, "message": str(error)[:2000],
+                "where": _where(error)}
     try:
         return {"status": "ok", "value": plain.encode(plain.require(result, returns, f"the result of `{function}`"))}
     except plain.NotPlain as error:

@@ -21,6 +21,11 @@ from .plain import kind_of
 class CheckFailure(AssertionError):
     """A check found the student's code wrong; the message says how."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it in a notebook: the message alone. The frames are the grader's own, not the
+        student's (their code's error, if it raised one, is in the message)."""
+        return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
+
 
 class CheckSkipped(Exception):
     """A check cannot run on this machine (it needs a GPU): it neither passes nor fails, and scores nothing.

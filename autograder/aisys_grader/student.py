@@ -80,7 +80,9 @@ def value_from_reply(function: str, reply, returns: str):
         raise CheckFailure(f"`{function}` raised {exception_name(reply.get('error'))} (its message is not shown "
                            "here: it could carry the hidden data)")
     elif status == "raised":
-        raise CheckFailure(f"`{function}` raised {reply.get('error')}: {reply.get('message')}")
+        where = reply.get("where")
+        at = f" ({str(where)[:300]})" if where and isinstance(where, str) else ""
+        raise CheckFailure(f"`{function}` raised {reply.get('error')}: {reply.get('message')}{at}")
     elif status == "not_plain":
         raise CheckFailure("the result is not plain data" if redacting() else str(reply.get("message"))[:2000])
     elif status == "refused":  # the clean room does not run a definition the call needs (grammar.py says why)
