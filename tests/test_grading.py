@@ -173,8 +173,10 @@ def test_regrading_redoes_only_what_changed(adversarial, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in results}
     submissions = submit(tmp_path / "again", {"honest solution": CASES["honest solution"],
                                               "wrong solution": CASES["honest solution"]})  # bob fixed his work
-    again = {r["student"]: r for r in grade(submissions, course, "01-architecture", workers=2, timeouts=TIMEOUTS,
-                                            limits=LIMITS, progress=False)}
+    summary = grade(submissions, course, "01-architecture", workers=2, timeouts=TIMEOUTS, limits=LIMITS,
+                    progress=False)
+    again = {r["student"]: r for r in summary}
+    assert summary.unchanged == 1, "the honest solution is not graded again, and the command says so"
     changed = [p for p in results if p.stat().st_mtime_ns != before[p]]
     assert [p.parent.name for p in changed] == [slug("wrong solution")]
     assert again[slug("wrong solution")]["score"] == 7 and again[slug("honest solution")]["score"] == 7

@@ -113,6 +113,8 @@ def hostile_class(tmp_path_factory):
     subs = folder / "class"
     for student in ("ada", "bob", "wex", "nbf", FORMULA):
         _place(subs, student, as_bytes(honest()))
+    (subs / "ada" / ASSIGNMENT / "timestamp.txt").write_text("2026-11-20 09:30:00.5 UTC")  # as nbgrader collect
+    os.utime(subs / "bob" / ASSIGNMENT / "roofline.ipynb", (0, 1_763_631_000))  # 2025-11-20 09:30:00 UTC
     _place(subs, "mallory", as_bytes(wrong()))
     (subs / "mallory" / "bob" / ASSIGNMENT).mkdir(parents=True)
     (subs / "mallory" / "bob" / ASSIGNMENT / "roofline.ipynb").write_bytes(as_bytes(wrong()))  # bob's, she hopes
@@ -165,6 +167,12 @@ def test_every_honest_student_gets_full_marks_in_summary_gradebook_csv_and_feedb
         assert rows[student]["score"] == FULL and not rows[student]["not_graded"], rows[student]
         assert float(exported["'" + student if student == FORMULA else student]["score"]) == FULL
         assert (course / "feedback" / student / ASSIGNMENT / "roofline.html").exists()
+    # when they submitted, for late penalties: nbgrader's timestamp.txt, else the file's time (the summary says which)
+    assert (exported["ada"]["timestamp"], rows["ada"]["submitted_from"]) == ("2026-11-20 09:30:00.500000",
+                                                                              "timestamp.txt")
+    assert (exported["bob"]["timestamp"], rows["bob"]["submitted_from"]) == (
+        "2025-11-20 09:30:00", "the notebook file's modification time")
+    assert summary.written["grades"] == course / "grades.csv" and summary.unchanged == 0
 
 
 @needs_sandbox

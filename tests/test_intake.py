@@ -7,9 +7,11 @@ import csv
 import json
 import os
 import stat
+import struct
 import subprocess
 import sys
 import zipfile
+from datetime import datetime, timezone
 
 import nbformat
 import pytest
@@ -309,6 +311,42 @@ def test_the_normalised_notebook_is_one_nbgraders_checks_accept_with_stable_ids(
     assert "aisys" not in first.metadata  # the submission's own metadata is not carried over
 
 
+# When each student submitted ---------------------------------------------------------------------------------------
+
+def _when(found, source, student):
+    return intake.submitted_at(source, found.layout, [s for s in found.submissions if s.student == student])
+
+
+def test_the_submission_time_is_nbgraders_timestamp_txt_else_the_notebooks_modification_time(tmp_path):
+    os.utime(nested(tmp_path, "ada"), (0, 1_700_000_000))
+    (tmp_path / "ada" / A / "timestamp.txt").write_text("2026-11-20 09:30:00.000000 UTC")
+    os.utime(nested(tmp_path, "bob"), (0, 1_700_000_000))
+    os.utime(nested(tmp_path, "cat"), (0, 1_700_000_000))
+    (tmp_path / "cat" / A / "timestamp.txt").write_text("next tuesday, perhaps")
+    found, source = collect(tmp_path)
+    assert _when(found, source, "ada") == (datetime(2026, 11, 20, 9, 30, tzinfo=timezone.utc), "timestamp.txt")
+    assert _when(found, source, "bob") == (datetime.fromtimestamp(1_700_000_000, timezone.utc),
+                                           "the notebook file's modification time")
+    when, basis = _when(found, source, "cat")
+    assert when.timestamp() == 1_700_000_000 and basis.startswith("the notebook file's modification time "
+                                                                  "(timestamp.txt was unreadable: ")
+    assert not any(r.path.endswith("timestamp.txt") for r in found.refused), "timestamp.txt is used, not stray"
+
+
+def test_a_zip_members_time_is_its_unix_time_where_recorded_else_its_dos_time_read_as_utc(tmp_path):
+    path = tmp_path / "class.zip"
+    with zipfile.ZipFile(path, "w") as zipped:
+        dos = zipfile.ZipInfo("ada.ipynb", date_time=(2026, 11, 20, 9, 30, 0))
+        zipped.writestr(dos, NOTEBOOK)
+        unix = zipfile.ZipInfo("bob.ipynb", date_time=(1999, 1, 1, 0, 0, 0))
+        unix.extra = struct.pack("<HHBi", 0x5455, 5, 1, 1_700_000_000)  # Info-ZIP's "UT" field: the mtime
+        zipped.writestr(unix, NOTEBOOK)
+    found, source = collect(path)
+    assert found.layout == "flat"
+    assert _when(found, source, "ada")[0] == datetime(2026, 11, 20, 9, 30, tzinfo=timezone.utc)
+    assert _when(found, source, "bob")[0] == datetime.fromtimestamp(1_700_000_000, timezone.utc)
+
+
 # grades.csv --------------------------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -424,6 +462,21 @@ def test_the_exit_status_counts_students_not_graded(monkeypatch, capsys, tmp_pat
     if not_graded:
         assert "f0       not graded: grading roofline failed: OSError: boom" in out
         assert out.splitlines()[-1].startswith(f"{not_graded} students not graded")
+
+
+def test_the_command_ends_with_what_was_not_regraded_when_students_submitted_and_where_it_wrote(
+        monkeypatch, capsys, tmp_path):
+    summary = _summary(0, graded=3)
+    for row, basis in zip(summary, ["timestamp.txt", "timestamp.txt", "the notebook file's modification time"]):
+        row["submitted_from"] = basis
+    summary.unchanged, summary.written = 2, {"grades": tmp_path / "grades.csv", "feedback": tmp_path / "fb"}
+    monkeypatch.setattr("aisys_grader.course.grade", lambda *args, **kwargs: summary)
+    assert cli.main(["grade", str(tmp_path), "--assignment", A]) == 0
+    assert capsys.readouterr().out.splitlines()[-4:] == [
+        "2 notebooks unchanged, not regraded (--force grades them again)",
+        "submission times (grades.csv's timestamp): 1 from the notebook file's modification time; "
+        "2 from timestamp.txt",
+        f"grades: {tmp_path / 'grades.csv'}", f"feedback pages: {tmp_path / 'fb'}"]
 
 
 def test_the_help_says_what_the_exit_status_means(capsys):

@@ -2,9 +2,11 @@
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 MAX_STATUS = 125  # exit statuses from 126 up mean "cannot run", "not found" and killed by a signal to a shell
+WRITTEN = {"grades": "grades", "feedback": "feedback pages", "autograded": "autograded notebooks"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +99,15 @@ def main(argv: list[str] | None = None) -> int:
             count = sum(exercise in row["needs_gpu"] for row in rows)
             print(f"{needs_gpu_message(exercise)} ({count} submission{'s' * (count != 1)} not graded, "
                   "nothing recorded for them)")
+        if getattr(rows, "unchanged", 0):
+            print(f"{rows.unchanged} notebook{'s' * (rows.unchanged != 1)} unchanged, not regraded "
+                  "(--force grades them again)")
+        bases = Counter(row["submitted_from"] for row in rows if row.get("submitted_from"))
+        if bases:
+            print("submission times (grades.csv's timestamp): "
+                  + "; ".join(f"{count} from {basis}" for basis, count in sorted(bases.items())))
+        for what, path in getattr(rows, "written", {}).items():
+            print(f"{WRITTEN[what]}: {path}")
         if args.unsandboxed:
             print("WARNING: graded without a sandbox; these grades can be faked.")
         not_graded = sum(bool(row.get("not_graded")) for row in rows)

@@ -11,6 +11,10 @@
    interrupted run loses nothing and the next run picks up where it stopped.
 3. Write: one process runs nbgrader's autograde (replaying the results), feedback and
    export, so the gradebook has a single writer. grades.csv is written by export.CsvExport.
+   Its timestamp (for late penalties) is when the student submitted, as intake.submitted_at
+   finds it (nbgrader's timestamp.txt, else the notebook file's time), written to the
+   submitted/ folder's timestamp.txt, where nbgrader's autograde reads it; each summary row
+   says which it was.
 
 One student never stops the class. An error while taking in, grading or recording one
 student's notebook (a bug in the grader, nbgrader refusing it) is caught at that student:
@@ -52,12 +56,16 @@ from .sandbox import Limits, Sandbox
 
 
 class Summary(list):
-    """One row per student found, as dicts (student, score, max_score, notes, needs_gpu, not_graded), with
-    the intake's report: the layout used, the folder of the input that held the submissions, what was refused."""
+    """One row per student found, as dicts (student, score, max_score, notes, needs_gpu, not_graded, submitted,
+    submitted_from), with the intake's report: the layout used, the folder of the input that held the submissions,
+    what was refused; and how many notebooks were unchanged, and where the grades and pages were written."""
 
-    def __init__(self, rows: list[dict], layout: str, root: str, refused: list[intake.Refusal]):
+    def __init__(self, rows: list[dict], layout: str, root: str, refused: list[intake.Refusal], *,
+                 unchanged: int = 0, written: dict[str, Path] | None = None):
         super().__init__(rows)
         self.layout, self.root, self.refused = layout, root, refused
+        self.unchanged = unchanged  # notebooks whose file, source and seed had not changed: not graded again
+        self.written = written or {}  # what the run wrote: grades.csv, feedback and autograded notebooks
 
     @property
     def not_graded(self) -> list[dict]:
@@ -220,6 +228,8 @@ def grade(submissions_path: Path, course: Path, assignment: str, *, workers: int
                     continue
                 if refused:
                     found.refused.append(intake.Refusal(submission.path, refused, submission.student))
+            submitted = {student: _record_submitted_at(course, assignment, source, found, student)
+                         for student in {s.student for s in found.submissions} - failed.keys()}
         finally:
             if isinstance(source, intake.Archive):
                 source.close()
@@ -228,7 +238,8 @@ def grade(submissions_path: Path, course: Path, assignment: str, *, workers: int
 
         todo = [(course, assignment, s.student, s.notebook, assignment_seed, sandbox, timeouts) for s in received
                 if force or cached_result(course, assignment, s.student, s.notebook, assignment_seed) is None]
-        for (student, notebook), (short, full) in _grade_all(todo, workers, progress, f"grading {assignment}").items():
+        graded = _grade_all(todo, workers, progress and bool(todo), f"grading {assignment}")
+        for (student, notebook), (short, full) in graded.items():
             failed.setdefault(student, (f"grading {notebook} failed: {short}", full))
 
         # Every submission now has a graded result, except those whose checks were skipped (they need a GPU).
@@ -254,12 +265,16 @@ def grade(submissions_path: Path, course: Path, assignment: str, *, workers: int
             else:
                 log.unlink(missing_ok=True)
 
+        csv_path = Path(csv_path or course / "grades.csv").resolve()
         with Gradebook(api.coursedir.db_url) as gradebook:
             for student in failed:  # listed in grades.csv as nbgrader lists a student with nothing graded
                 gradebook.update_or_create_student(student)
-            CsvExport(to=str(csv_path or course / "grades.csv")).export(gradebook)
+            CsvExport(to=str(csv_path)).export(gradebook)
         rows = summary(api.coursedir.db_url, assignment, students, notebooks, ungraded,
                        {student: why[0] for student, why in failed.items()})
+        for row in rows:
+            when, basis = submitted.get(row["student"], (None, "none (not taken in)"))
+            row["submitted"], row["submitted_from"] = (when.isoformat(timespec="seconds") if when else ""), basis
         own = {s.path for s in found.submissions}
         for row in rows:  # what else was in the student's folder (found.refused says why)
             strays = [r.path for r in found.refused if r.student == row["student"] and r.path not in own]
@@ -267,7 +282,23 @@ def grade(submissions_path: Path, course: Path, assignment: str, *, workers: int
                                      + ([f"not used: {', '.join(strays)}"] if strays else []))
         rows += [{"student": name, "score": 0, "max_score": 0, "notes": "", "needs_gpu": [], "not_graded": why}
                  for name, why in found.bad_names.items()]
-        return Summary(rows, found.layout, found.root, sorted(found.refused, key=lambda r: r.path))
+        written = {"grades": csv_path, "feedback": course / "feedback" / "<student>" / assignment,
+                   "autograded": course / "autograded" / "<student>" / assignment}
+        return Summary(rows, found.layout, found.root, sorted(found.refused, key=lambda r: r.path),
+                       unchanged=len(received) - len(todo), written=written)
+
+
+def _record_submitted_at(course: Path, assignment: str, source, found: intake.Intake, student: str):
+    """When `student` submitted, and from what (intake.submitted_at), written where nbgrader's autograde reads it
+    (submitted/<student>/<assignment>/timestamp.txt), so that grades.csv has it and late penalties apply."""
+    when, basis = intake.submitted_at(source, found.layout, [s for s in found.submissions if s.student == student])
+    stamp = submitted_path(course, assignment, student, "any").parent / intake.TIMESTAMP
+    if when is None:
+        stamp.unlink(missing_ok=True)
+    else:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        _write(stamp, when.strftime("%Y-%m-%d %H:%M:%S.%f UTC").encode())
+    return when, basis
 
 
 def _needs_writing(db_url: str, course: Path, assignment: str, student: str, notebooks: list[str], force: bool) -> bool:

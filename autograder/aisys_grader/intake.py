@@ -19,14 +19,21 @@ in a stream with a byte counter, whatever sizes the archive declares. What is re
 student's place (a link, a device, a file too large, a likely zip bomb) leaves that student
 graded as the blank notebook, with the reason; only an archive that cannot be used at all (too
 many members, too much in all) is refused as a whole.
+
+When each student submitted (`submitted_at`), for late penalties: nbgrader's `timestamp.txt` beside
+the notebooks (nbgrader layout; `nbgrader collect` writes it), else the latest modification time of
+the student's notebook files (a file's mtime; a zip member's Unix time where the zip records it,
+else its local date and time read as UTC), and which of the two it was.
 """
 
 import errno
 import os
 import stat
+import struct
 import unicodedata
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 MIB = 2**20
@@ -46,6 +53,7 @@ MAX_LISTED = 200
 MAX_NAME = 128  # nbgrader keeps a student id in 128 characters
 MAX_UNWRAP = 3
 LAYOUTS = ("auto", "nbgrader", "flat")
+TIMESTAMP = "timestamp.txt"  # nbgrader's record of when a submission was made, beside its notebooks
 _CHUNK = MIB
 
 
@@ -151,6 +159,10 @@ class Folder:
                 names.append(entry.name)
         return sorted(names), False
 
+    def modified(self, parts: tuple[str, ...]) -> datetime:
+        """The file's modification time, in UTC."""
+        return datetime.fromtimestamp(os.lstat(self.root.joinpath(*parts)).st_mtime, timezone.utc)
+
     def read(self, parts: tuple[str, ...]) -> bytes:
         """The file's bytes, opened from the root one folder at a time, never through a link."""
         if self.kind(parts) != "file":
@@ -216,6 +228,19 @@ class Archive:
     def names(self, parts: tuple[str, ...], limit: int) -> tuple[list[str], bool]:
         names = sorted(self.folders.get(parts, ()))
         return names[:limit], len(names) > limit
+
+    def modified(self, parts: tuple[str, ...]) -> datetime:
+        """The member's modification time: the Unix time of its "UT" extra field (Info-ZIP's, which most zip tools
+        write), else its DOS date and time, which carry no time zone, read as UTC."""
+        member = self.files[parts][0]
+        extra = member.extra
+        while len(extra) >= 4:
+            tag, size = struct.unpack("<HH", extra[:4])
+            body = extra[4:4 + size]
+            if tag == 0x5455 and len(body) >= 5 and body[0] & 1:  # flag bit 0: the modification time follows
+                return datetime.fromtimestamp(struct.unpack("<i", body[1:5])[0], timezone.utc)
+            extra = extra[4 + size:]
+        return datetime(*member.date_time, tzinfo=timezone.utc)
 
     def read(self, parts: tuple[str, ...]) -> bytes:
         """The member's bytes, decompressed in a stream and counted: its declared sizes are not trusted."""
@@ -329,6 +354,25 @@ def collect(source, assignment: str, notebooks: list[str], layout: str = "auto")
     return intake
 
 
+def submitted_at(source, layout: str, submissions: list[Submission]) -> tuple[datetime | None, str]:
+    """When one student submitted (their `submissions`, one per notebook), in UTC, and where that comes from:
+    in nbgrader's layout its timestamp.txt beside the notebooks when it is there and readable, else the latest
+    modification time of the notebook files (see the module docstring); None when no notebook is a file."""
+    from nbgrader.utils import parse_utc
+
+    stamp, problem = submissions[0].parts[:-1] + (TIMESTAMP,), ""
+    if layout == "nbgrader" and source.kind(stamp) == "file":
+        try:
+            when = parse_utc(source.read(stamp)[:200].decode().strip())  # a naive datetime in UTC
+            return when.replace(tzinfo=timezone.utc), TIMESTAMP
+        except (Refused, ValueError, OverflowError, UnicodeDecodeError) as error:
+            problem = f" ({TIMESTAMP} was unreadable: {str(error)[:100]})"
+    files = [s.parts for s in submissions if source.kind(s.parts) == "file"]
+    if not files:
+        return None, "none (no notebook file to date)"
+    return max(source.modified(parts) for parts in files), "the notebook file's modification time" + problem
+
+
 def _some(submissions: list[Submission], n: int = 5) -> str:
     more = f" and {len(submissions) - n} more" if len(submissions) > n else ""
     return ", ".join(s.path for s in submissions[:n]) + more
@@ -393,7 +437,7 @@ def _report_the_rest(source, root, assignment, layout, submissions, refused: lis
             continue
         student = None if name_problem(name) else name
         for inner, why in _walk_student(source, parts, assignment):
-            if inner not in used:
+            if inner not in used and inner[-2:] != (assignment, TIMESTAMP):
                 why = why or KINDS.get(source.kind(inner), expected)
                 refused.append(Refusal(shown(inner), why, student))
 
