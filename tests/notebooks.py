@@ -72,7 +72,9 @@ def wrong_namespace(exercise: str, answer: Answer, source: Path | None = None) -
                      name=f"{exercise}:{answer.name}")
 
 
-def grade(exercise: str, scope: dict, *, hidden: bool, seed: int | None = None) -> dict:
-    """Result of every check of `exercise` against the functions in `scope`, by check name."""
+def grade(exercise: str, scope: dict, *, hidden: bool, seed: int | None = None, only=None) -> dict:
+    """Result of every check of `exercise` (or of those named in `only`) against the functions in `scope`, by
+    check name."""
     student = InProcessStudent(scope, exercise)
-    return {name: run(check, student, hidden=hidden, seed=seed) for name, check in checks_for(exercise).items()}
+    return {name: run(check, student, hidden=hidden, seed=seed) for name, check in checks_for(exercise).items()
+            if only is None or name in only}
