@@ -12,6 +12,7 @@ import torch.distributed as dist
 from aisys.collectives import traffic
 from aisys.collectives.launch import RanksFailed, run_ranks
 from aisys_grader import CheckFailure, InProcessStudent
+from aisys_grader.compare import redacted
 
 
 def shift_right(x):
@@ -131,6 +132,25 @@ def test_a_rank_that_exits_is_reported_as_died_with_its_code():
         run_ranks(exits, 2)
 
 
+def sends_more_than_is_received():
+    """Rank 0 sends 4 elements to a receive of 3: gloo ends rank 1 from C++ (std::terminate), where Python sees
+    nothing."""
+    if dist.get_rank() == 0:
+        dist.send(torch.ones(4), 1)
+    else:
+        dist.recv(torch.ones(3), 0)
+
+
+def test_a_rank_that_gloo_ends_is_reported_with_what_gloo_wrote(capfd):
+    with pytest.raises(RanksFailed) as failure:
+        run_ranks(sends_more_than_is_received, 2, timeout=2)
+    died = failure.value.outcomes[1]
+    assert died.status == "died" and "larger than the receive posted for it" in died.error
+    assert "Received data size doesn't match expected size" in died.output
+    assert str(failure.value).startswith("rank 1 died without a result (exit signal 6): gloo ended it")
+    assert "Received data size" in capfd.readouterr().err  # passed on as it was written, too
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"world_size": 0}, "world_size must be an integer >= 1"),
     ({"world_size": 2, "args": [(1,)]}, "args must be a list of 2 argument tuples"),
@@ -200,6 +220,34 @@ def test_call_ranks_reports_collectives_missing_and_unfinished_functions():
         student.call_ranks("not_yet", case, world_size=2)
     with pytest.raises(CheckFailure, match="is not defined"):
         student.call_ranks("missing", case, world_size=2)
+
+
+def leaves_a_receive_pending(x):
+    """Posts a receive and never waits on it: every rank returns, with the message still on its way."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    dist.irecv(torch.empty_like(x), (rank - 1) % p)
+    dist.isend(x.clone(), (rank + 1) % p).wait()
+
+
+def test_call_ranks_says_why_a_rank_died_and_withholds_its_output_where_hidden():
+    student = InProcessStudent(notebook())
+    case = [[(), ()]]
+    with pytest.raises(CheckFailure) as failure:
+        student.call_ranks("sends_more_than_is_received", case, world_size=2, timeout=2)
+    assert "rank 1 died without a result (exit signal 6): gloo ended it: a message arrived that is larger" \
+        in str(failure.value)
+    assert "Received data size doesn't match expected size" in str(failure.value)
+    with redacted(), pytest.raises(CheckFailure) as failure:
+        student.call_ranks("sends_more_than_is_received", case, world_size=2, timeout=2)
+    assert "gloo ended it" in str(failure.value) and "Received data size" not in str(failure.value)
+    assert "(not shown here: it could carry the hidden data)" in str(failure.value)
+
+
+def test_call_ranks_fails_a_case_that_returns_with_a_receive_still_pending():
+    student = InProcessStudent(notebook())
+    with pytest.raises(CheckFailure, match=r"case 1 of 1: every rank returned, but then .* A receive posted with "
+                                           r"dist\.irecv .* never waited on"):
+        student.call_ranks("leaves_a_receive_pending", [[(np.ones(2),)] * 2], world_size=2, timeout=1)
 
 
 def test_call_ranks_runs_real_processes_inside_the_grading_sandbox():

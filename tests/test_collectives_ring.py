@@ -254,3 +254,23 @@ def test_benchmark_script_runs_on_a_cpu(tmp_path):
     assert "no 2 GPUs here" in done.stdout and "ring busbw" in done.stdout
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert [r["bytes"] for r in rows] == [1024, 4096] and all(r["correct"] and r["world_size"] == 3 for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------- the check's words
+
+
+class TimedOutStudent:
+    """Every rank of the first case timed out in a send."""
+
+    def call_ranks(self, function, cases, *, world_size, **_):
+        error = "RuntimeError: [unbound_buffer.cc:129] Timed out waiting 5000ms for send operation to complete"
+        return [[{"value": None, "tensors": [], "messages": [], "error": error} for _ in range(world_size)]]
+
+
+def test_a_send_that_timed_out_is_said_as_seen_with_both_likely_causes():
+    from aisys_grader import checks_for, run
+
+    result = run(checks_for("06-collectives/ring_allreduce")["ring_all_reduce"], TimedOutStudent(), hidden=True)
+    assert "rank 0 raised RuntimeError (its message is not shown here" in result.message
+    assert "its send to rank 1 was not taken within the timeout" in result.message
+    assert "blocking dist.send" in result.message and "never waited on it" in result.message

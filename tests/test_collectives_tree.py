@@ -5,6 +5,7 @@ Few process groups, many cases in each: starting one costs ~0.05 s, and this mac
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -249,3 +250,23 @@ def test_rounds_reject_an_unmatched_receive():
         rounds.assign([[], [("recv", 0, 3)]])
     with pytest.raises(ValueError, match="world_size must be an integer >= 1"):
         rounds.record(tree.tree_all_reduce, 0)
+
+
+# --------------------------------------------------------------------------------------------- the check's words
+
+
+class OneRoundShortStudent:
+    """tree_all_reduce a round short: every rank ends with the sum over the first 2^(ceil(log2 p) - 1) ranks."""
+
+    def call_ranks(self, function, cases, *, world_size, **_):
+        half = 1 << max(math.ceil(math.log2(world_size)) - 1, 0)
+        return [[{"value": None, "tensors": [np.sum([args[0] for args in case[:half]], axis=0, dtype=case[0][0].dtype)],
+                  "messages": [], "error": None} for _ in case] for case in cases]
+
+
+def test_a_partial_sum_over_2_to_the_k_ranks_is_said_to_be_a_round_short():
+    from aisys_grader import checks_for, run
+
+    result = run(checks_for("06-collectives/tree_allreduce")["tree_all_reduce"], OneRoundShortStudent(), hidden=False)
+    assert "element 0 holds the data of ranks [0, 1] only, not of [2, 3]: 2 = 2^1 of the 4 ranks, what 1 round of " \
+           "messages gather, where ceil(log2 p) = 2 are needed: does the loop stop a round short?" in result.message

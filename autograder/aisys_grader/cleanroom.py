@@ -170,6 +170,8 @@ def reply(request: dict) -> dict:
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: a graded call never ends the room
         if (missing := _missing(error, why)) is not None:
             return {"status": "refused", "message": f"`{function}` could not be run by the grader: {missing}"}
+        if dialect == "ranks" and (failed := _ranks_failed(error)) is not None:
+            return failed
         return {"status": "raised", "error": type(error).__name__, "message": str(error)[:2000]}
     try:
         answer = {"status": "ok", "value": plain.encode(plain.require(result, returns, f"the result of `{function}`"))}
@@ -193,9 +195,22 @@ def _on_ranks(target, cases: list, ranks: dict, why: dict[str, str]) -> list:
     return [[results[rank][i] for rank in range(world_size)] for i in range(min(map(len, results)))]
 
 
+def _ranks_failed(error: BaseException) -> dict | None:
+    """A launch.RanksFailed (a rank died, hung, or could not start) as a reply: what each rank did, for the
+    grader to word (student.call_ranks), withholding what the student's code wrote where it must."""
+    from aisys.collectives.launch import RanksFailed, first_failed
+
+    if not isinstance(error, RanksFailed):
+        return None
+    return {"status": "ranks_failed", "first": first_failed(error.outcomes),
+            "outcomes": [{"rank": o.rank, "status": o.status, "error": o.error[:2000], "output": o.output}
+                         for o in error.outcomes]}
+
+
 def _cases_on_one_rank(target, cases: list, backend: str, why: dict[str, str]) -> list | str:
     """In one rank: each case's arrays become tensors; record the messages of the call. Stops at the first
-    case that raised on this rank, and after any case that raised on another (the barrier between fails)."""
+    case that raised on this rank, and after any case that raised on another or left messages unfinished (the
+    barrier between fails: its error is the case's "unfinished")."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -207,7 +222,7 @@ def _cases_on_one_rank(target, cases: list, backend: str, why: dict[str, str]) -
     outcomes = []
     for args in cases:
         tensors = [torch.from_numpy(a).to(device) if isinstance(a, np.ndarray) else a for a in args]
-        outcome = {"value": None, "tensors": [], "messages": [], "error": None}
+        outcome = {"value": None, "tensors": [], "messages": [], "error": None, "unfinished": None}
         try:
             with traffic.record() as recorded:
                 value = target(*tensors)
@@ -224,7 +239,8 @@ def _cases_on_one_rank(target, cases: list, backend: str, why: dict[str, str]) -
             break
         try:
             dist.barrier()  # keep the cases apart: no message of one case is taken by a receive of the next
-        except Exception:
+        except Exception as error:
+            outcome["unfinished"] = error_text(error)
             break
     return outcomes
 

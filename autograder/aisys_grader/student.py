@@ -18,7 +18,7 @@ import time
 from typing import Any, Protocol
 
 from . import bridge, cleanroom, plain
-from .compare import CheckFailure, exception_name, redacting
+from .compare import CheckFailure, exception_name, raised, redacting, unredacted
 
 
 class Student(Protocol):
@@ -48,9 +48,11 @@ class Student(Protocol):
         tensors (on GPU `rank` with NCCL). The result has one list per case that ran, of one dict
         per rank: "value" (what it returned), "tensors" (its tensor arguments after the call, as
         arrays), "messages" (the point-to-point messages it posted, see aisys.collectives.traffic;
-        a collective raises there) and "error" (None, or 'Type: message'). Cases stop after the
-        first one in which any rank raised. CheckFailure if the ranks died or hung (`timeout` bounds
-        each receive, `wall_timeout` the whole run), or `function` is missing or not implemented.
+        a collective raises there), "error" (None, or 'Type: message') and "unfinished" (None, or
+        why the ranks could not meet after the call). Cases stop after the first one in which any
+        rank raised. CheckFailure if the ranks died or hung (`timeout` bounds each receive,
+        `wall_timeout` the whole run), if every rank of a case returned but left a message
+        unfinished, or if `function` is missing or not implemented.
         The ranks run in the clean room: the function and what it uses must be written in the
         dialect of grammar.RANKS.
         """
@@ -125,12 +127,44 @@ class BridgeStudent:
         __tracebackhide__ = True
         ranks = {"world_size": world_size, "backend": backend, "timeout": timeout, "wall_timeout": wall_timeout}
         reply = self._room(function, "ranks", payload((cases,), {}), "list", ranks)
+        if isinstance(reply, dict) and reply.get("status") == "ranks_failed":
+            raise CheckFailure(f"`{function}` did not finish on every one of {world_size} ranks: {ranks_failed(reply)}")
         per_case = value_from_reply(function, reply, "list")
         try:
-            return [[plain.require(outcome, "mapping", "a rank's outcome") for outcome in
-                     plain.require(case, "list", "a case's outcomes")] for case in per_case]
+            per_case = [[plain.require(outcome, "mapping", "a rank's outcome") for outcome in
+                         plain.require(case, "list", "a case's outcomes")] for case in per_case]
         except plain.NotPlain as error:
             raise CheckFailure(str(error)) from None
+        for i, outcomes in enumerate(per_case):
+            stuck = [rank for rank, o in enumerate(outcomes) if o.get("unfinished")]
+            if stuck and not any(o.get("error") for o in outcomes):
+                raise CheckFailure(
+                    f"`{function}` on {world_size} ranks, case {i + 1} of {len(cases)}: every rank returned, but "
+                    f"then rank{'s' * (len(stuck) > 1)} {', '.join(map(str, stuck))} timed out in the grader's "
+                    "barrier after the case: a message was left unfinished. A receive posted with dist.irecv (or "
+                    "batch_isend_irecv) and never waited on, or a send that no rank received, is still pending when "
+                    "the function returns: wait on every request before returning")
+        return per_case
+
+
+def ranks_failed(reply: dict) -> str:
+    """The clean room's account of ranks that died, hung or could not start (cleanroom._ranks_failed), worded
+    by the launcher: what the student's code wrote (an error's message, a dying rank's last output) only outside
+    `redacted()`."""
+    from dataclasses import replace
+
+    from aisys.collectives.launch import Outcome, RanksFailed
+
+    try:
+        outcomes = [Outcome(int(o["rank"]), str(o["status"]), error=str(o["error"]), output=str(o["output"]))
+                    for o in reply["outcomes"]]
+        first = reply["first"] if reply["first"] in range(len(outcomes)) else None
+    except (TypeError, KeyError, ValueError):
+        return "the grader could not read what its ranks did"
+    withheld = "(not shown here: it could carry the hidden data)"
+    shown = [replace(o, error=raised(o.error) if o.status == "raised" else o.error,
+                     output=unredacted(o.output, withheld) if o.output else "") for o in outcomes]
+    return str(RanksFailed(shown, first))
 
 
 class InProcessStudent(BridgeStudent):

@@ -5,11 +5,13 @@ world size in one process group. Expectations are computed here, in one process,
 rank's inputs: the all-to-all by concatenating the blocks addressed to each rank, the MoE
 layout from the reference's `route` of each rank's tokens. The point-to-point messages each
 rank posted are recorded, so that the schedule and the bytes sent are checked too; a
-collective call fails the case. Visible cases: 2 to 4 ranks, float32, readable values.
+collective call fails the case. Visible cases: 2 to 4 ranks, float32 (float64 tokens in one MoE
+case), readable values.
 Hidden cases: 1 to 4 ranks; equal, ragged and empty blocks; a rank with nothing to send or
 nothing to receive; rows of one and of two axes; four dtypes; E = p and E = 2p experts; every
-token to one expert (the hot expert); a rank with no tokens; no capacity and capacity factors
-from 0.5 to 2, with an expert exactly at capacity and one just over it.
+token to one expert (the hot expert), in float64 tokens (the others are float32: a buffer made
+in torch's default dtype shows); a rank with no tokens; no capacity and capacity factors from
+0.5 to 2, with an expert exactly at capacity and one just over it.
 """
 
 import numpy as np
@@ -19,7 +21,7 @@ from aisys.collectives import alltoall as reference
 from aisys.collectives.launch import first_cause
 
 from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe, raised, unredacted
+from aisys_grader.compare import CheckFailure, assert_close, assert_format, describe, raised, unredacted
 
 DTYPES = ("float32", "float64", "int64", "int32")
 SENTINEL = -7  # what `output` holds before the call: a block nobody wrote still shows it
@@ -33,14 +35,7 @@ def _label(hidden: bool, i: int, n: int, p: int, what: str) -> str:
 
 def _run(student, function: str, cases: list, labels: list[str], p: int) -> list[list[dict]]:
     """call_ranks; CheckFailure naming the case and the rank that raised first (not one that saw a peer leave)."""
-    try:
-        outcomes = student.call_ranks(function, cases, world_size=p)
-    except CheckFailure as failure:
-        died = "died without a result" in str(failure)
-        raise CheckFailure(f"{failure}" + (
-            "\n(gloo ends a process that receives a message of another size than the receive it posted: check "
-            "that every receive from rank q has exactly the rows rank q sends, by the splits)" if died else "")
-        ) from None
+    outcomes = student.call_ranks(function, cases, world_size=p)
     for label, per_rank in zip(labels, outcomes):
         errors = [(rank, o["error"]) for rank, o in enumerate(per_rank) if o["error"]]
         if errors:
@@ -183,9 +178,12 @@ def _schedule_problem(messages: list[dict], kind: str, blocks: list[int], rank: 
         nonempty = [s for s in sizes if s]
         if (blocks[q] and nonempty != [blocks[q] * row]) or (not blocks[q] and nonempty):
             count = "one message" if blocks[q] else "no message (the block is empty)"
+            relay = (": more than the block, as if other ranks' blocks went through here. Each block goes straight "
+                     "from its source to its destination: relayed through one rank, they all cross that rank's "
+                     "link" if sum(sizes) > blocks[q] * row else "")
             return (f"it {with_} {len(nonempty)} non-empty message(s) {to} rank {q} holding {sum(sizes)} elements; "
                     f"expected {count} {to} rank {q} with the {blocks[q]} row(s) of its block ({blocks[q] * row} "
-                    f"elements). Each block travels whole, once")
+                    f"elements){relay}. Each block travels whole, once")
         if len(sizes) > 1:
             return (f"it {with_} {len(sizes)} messages {to} rank {q}: one per peer is enough (or none if its block is "
                     "empty)")
@@ -307,11 +305,12 @@ def route(student, rng, hidden):
 
 
 def _moe_case(rng, p: int, num_experts: int, capacity_factor, *, tokens: list[int], routing: str,
-              hidden: bool) -> dict:
-    """Tokens and expert ids per rank: routing 'uniform', 'skewed' or 'hot' (every token to one expert)."""
+              hidden: bool, dtype: str = "float32") -> dict:
+    """Tokens (of `dtype`) and expert ids per rank: routing 'uniform', 'skewed' or 'hot' (every token to one
+    expert)."""
     hot = int(rng.integers(num_experts))
     case = {"p": p, "num_experts": num_experts, "capacity_factor": capacity_factor, "routing": routing,
-            "tokens": [], "ids": []}
+            "dtype": dtype, "tokens": [], "ids": []}
     for r, n in enumerate(tokens):
         if hidden:
             values = rng.standard_normal((n, WIDTH))
@@ -319,7 +318,7 @@ def _moe_case(rng, p: int, num_experts: int, capacity_factor, *, tokens: list[in
             values = 100 * r + np.arange(n)[:, None] + np.arange(WIDTH) / 10
         ids = {"uniform": lambda: rng.integers(0, num_experts, n), "skewed": lambda: _skewed(rng, n, num_experts),
                "hot": lambda: np.full(n, hot)}[routing]()
-        case["tokens"].append(values.astype(np.float32))
+        case["tokens"].append(values.astype(dtype))
         case["ids"].append(np.asarray(ids, dtype=np.int64))
     return case
 
@@ -327,14 +326,14 @@ def _moe_case(rng, p: int, num_experts: int, capacity_factor, *, tokens: list[in
 def _moe_what(case: dict) -> str:
     factor = unredacted(str(case["capacity_factor"]), describe(case["capacity_factor"]))  # a hidden input
     return (f"{case['num_experts']} expert{'s' * (case['num_experts'] != 1)}, capacity_factor {factor}, "
-            f"{case['routing']} routing, tokens per rank {[len(t) for t in case['tokens']]}")
+            f"{case['routing']} routing, tokens per rank {[len(t) for t in case['tokens']]} of {case['dtype']}")
 
 
 def _moe_cases(rng, hidden: bool) -> dict[int, list[dict]]:
     if not hidden:
         visible = np.random.default_rng(6)  # readable, fixed routing
         return {2: [_moe_case(visible, 2, 2, None, tokens=[5, 4], routing="uniform", hidden=False),
-                    _moe_case(visible, 2, 4, 1.0, tokens=[6, 6], routing="skewed", hidden=False)]}
+                    _moe_case(visible, 2, 4, 1.0, tokens=[6, 6], routing="skewed", hidden=False, dtype="float64")]}
     by_p = {}
     for p in range(1, 5):
         cases = []
@@ -346,8 +345,9 @@ def _moe_cases(rng, hidden: bool) -> dict[int, list[dict]]:
                 # The hot expert overflows under a capacity (E = p) and takes everything without one (E = 2p).
                 capacity_factor = ({p: 1.0, 2 * p: None}[num_experts] if routing == "hot" else
                                    CAPACITY_FACTORS[int(rng.integers(len(CAPACITY_FACTORS)))])
+                # float64 tokens in the hot cases: a buffer made with torch's default dtype (float32) shows
                 cases.append(_moe_case(rng, p, num_experts, capacity_factor, tokens=tokens.tolist(), routing=routing,
-                                       hidden=True))
+                                       hidden=True, dtype="float64" if routing == "hot" else "float32"))
         by_p[p] = cases
     return by_p
 
@@ -365,7 +365,7 @@ def _layout(case: dict) -> list[dict]:
     for q in range(p):
         rows = [slice(starts[a, q], starts[a, q] + splits[a, q]) for a in range(p)]
         layouts.append({
-            "received": np.concatenate([sent[a][rows[a]] for a in range(p)]).reshape(-1, WIDTH),
+            "received": np.concatenate([sent[a][rows[a]] for a in range(p)]).reshape(-1, WIDTH).astype(case["dtype"]),
             "experts": np.concatenate([sent_experts[a][rows[a]] for a in range(p)]).astype(np.int64),
             "plan": {"order": routes[q]["order"].tolist(), "send_splits": splits[q].tolist(),
                      "recv_splits": splits[:, q].tolist(), "num_tokens": len(case["tokens"][q])},
@@ -386,18 +386,28 @@ def _plan_result(plan, where: str) -> dict:
 
 def _dispatch_bytes_problem(messages: list[dict], case: dict, layouts: list[dict], rank: int) -> str | None:
     """The token rows this rank sent to each peer must be exactly the rows bound for that peer's experts."""
+    dtype = case["dtype"]
     for q in range(case["p"]):
         if q == rank:
             continue
         rows = layouts[rank]["plan"]["send_splits"][q]
-        sent = sum(m["numel"] for m in messages if m["kind"] == "send" and m["peer"] == q and m["dtype"] == "float32")
+        sent = sum(m["numel"] for m in messages if m["kind"] == "send" and m["peer"] == q and m["dtype"] == dtype)
         if sent != rows * WIDTH:
             kept = sum(layouts[rank]["plan"]["send_splits"])
             why = (": that is every token it kept, sent to every rank; send each rank only the rows for its "
                    "experts (p times fewer bytes)" if sent == kept * WIDTH else "")
-            return (f"it sent {sent} float32 elements to rank {q}; rank {q}'s experts get {rows} of its tokens "
+            return (f"it sent {sent} {dtype} elements to rank {q}; rank {q}'s experts get {rows} of its tokens "
                     f"({rows * WIDTH} elements){why}")
     return None
+
+
+def _require_dtype(got, dtype: str, where: str, source: str, make: str) -> None:
+    """An array made by the student holds the dtype of the tensor its rows come from."""
+    try:
+        assert_format(got, dtype, where=where)
+    except CheckFailure as failure:
+        raise CheckFailure(f"{failure}, the dtype of {source}: make it with {source}.{make}(...) (torch.zeros and "
+                           "torch.empty make float32)") from None
 
 
 @check(points=3)
@@ -420,6 +430,7 @@ def dispatch(student, rng, hidden):
                                        f"{type(value).__name__}"
                                        + (f" of {len(value)} items" if isinstance(value, list) else ""))
                 received, experts, plan = value
+                _require_dtype(received, case["dtype"], f"{where}: received rows", "tokens", "new_empty")
                 assert_close(received, expected["received"], where=f"{where}: received rows")
                 assert_close(_as_ints(experts, f"{where}: experts"), expected["experts"], where=f"{where}: experts")
                 assert_close(_plan_result(plan, f"{where}: plan"), expected["plan"], where=f"{where}: plan")
@@ -435,7 +446,7 @@ def _combined(case: dict, layouts: list[dict], outputs: list[np.ndarray]) -> lis
     results = []
     for r in range(p):
         plan = layouts[r]["plan"]
-        combined = np.zeros((plan["num_tokens"], WIDTH), np.float32)
+        combined = np.zeros((plan["num_tokens"], WIDTH), case["dtype"])
         sent = 0
         for q in range(p):
             start = sum(layouts[q]["plan"]["recv_splits"][:r])
@@ -466,15 +477,17 @@ def combine(student, rng, hidden):
         labels = [_label(hidden, done + i, total, p, _moe_what(c)) for i, c in enumerate(cases)]
         layouts = [_layout(c) for c in cases]
         # The experts' outputs: anything distinct will do, since combine only moves rows.
-        outputs = [[rng.standard_normal(layout["received"].shape).astype(np.float32) for layout in case_layouts]
-                   for case_layouts in layouts]
+        outputs = [[rng.standard_normal(layout["received"].shape).astype(case["dtype"]) for layout in case_layouts]
+                   for case, case_layouts in zip(cases, layouts)]
         args = [[[outputs[i][r], layouts[i][r]["plan"]] for r in range(p)] for i in range(len(cases))]
         outcomes = _run(student, "combine", args, labels, p)
         for i, (label, case, per_rank) in enumerate(zip(labels, cases, outcomes)):
             expected = _combined(case, layouts[i], outputs[i])
             for rank, outcome in enumerate(per_rank):
+                where = f"{label}, rank {rank}: combined output"
+                _require_dtype(outcome["value"], case["dtype"], where, "expert_outputs", "new_zeros")
                 try:
-                    assert_close(outcome["value"], expected[rank], where=f"{label}, rank {rank}: combined output")
+                    assert_close(outcome["value"], expected[rank], where=where)
                 except CheckFailure as failure:
                     got = outcome["value"]
                     hint = _combine_hint(got, expected[rank], layouts[i][rank]["plan"]) \

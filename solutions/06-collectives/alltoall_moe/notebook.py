@@ -206,15 +206,15 @@ check("route", hidden=True)
 #
 # Rank $q$ then holds its tokens grouped by source rank and, within a source, by expert (the
 # order they were sent in). Return `(received, experts, plan)`:
-# - `received`: the rows received, shape (rows, C);
+# - `received`: the rows received, shape (rows, C), in the tokens' dtype;
 # - `experts`: the (global) expert id of each received row, int64 (`torch.repeat_interleave`
 #   of the expert ids by the counts you received);
 # - `plan`: what `combine` will need, a dict `{"order": [...], "send_splits": [...],
 #   "recv_splits": [...], "num_tokens": T}`, lists of Python ints (`.tolist()`): route's order,
 #   the rows sent to and received from each rank, and this rank's number of tokens.
 #
-# Only the token rows for rank $q$ may travel to rank $q$: the checks count the float32
-# elements each rank sends to each other rank.
+# Only the token rows for rank $q$ may travel to rank $q$: the checks count the elements of
+# the tokens' dtype (float32, or float64 in some cases) each rank sends to each other rank.
 
 # %% tags=["solution"]
 def dispatch(tokens, expert_ids, num_experts, capacity_factor=None):
@@ -251,7 +251,7 @@ check("dispatch", hidden=True)
 # `recv_splits` rows and receives `send_splits`. What comes back is in the order the tokens
 # were sent, sorted by expert: row $i$ belongs to token `plan["order"][i]`. Put each row back
 # at its token's place (the inverse of the sort) and give every dropped token 0. Return the
-# output, shape (T, C).
+# output, shape (T, C), in the dtype of `expert_outputs`.
 
 # %% tags=["solution"]
 def combine(expert_outputs, plan):

@@ -3,7 +3,8 @@ and the bytes each composition moves.
 
 Every case compares the student's list of per-rank arrays with aisys.collectives.simulated on
 the same buffers. Visible cases: 3 and 4 ranks, float32, one root. Hidden cases: 1 to 6 ranks,
-every root, every op, seven dtypes, one- and two-axis buffers, block lengths of one element.
+every root, every op, seven dtypes, one- and two-axis buffers, block lengths of one element,
+int8 sums that wrap and int64 sums beyond 2^53, where a float accumulator rounds.
 Data-moving collectives get buffers whose elements are all distinct, so a misplaced block is
 named by where it came from ("rank 2 block 1 holds rank 2's block 1; expected rank 1's block
 2"); reductions get small integers, exact in every dtype and any order of summation.
@@ -88,6 +89,10 @@ def _cases(rng, function: str, hidden: bool, split: bool = False, moves: bool = 
         overflowing = [np.array([100, -100, 27], np.int8), np.array([90, -90, 50], np.int8),
                        np.array([80, -80, 60], np.int8)]  # sums 270, -270, 137: outside int8, as in torch they wrap
         cases.append({"buffers": overflowing} | ({"root": 1} if rooted else {}) | {"op": "sum"})
+        # int64 beyond 2^53, where a float64 accumulator rounds (float32's beyond 2^24)
+        huge = [np.array([2**60 + 1, -2**60 - 3, 7], np.int64), np.array([2**59 + 5, 2**58 + 1, -2**53 - 1], np.int64),
+                np.array([3, 2**60 + 11, 2**55 + 1], np.int64)]
+        cases.append({"buffers": huge} | ({"root": 2} if rooted else {}) | {"op": "sum"})
     return cases
 
 
@@ -158,6 +163,10 @@ def _ranks_match(function: str, got, expected: list[np.ndarray], case: dict, hin
                                "a collective does not change it (np.sum widens small integers to int64; "
                                "fold with np.add(a, b, dtype=a.dtype))")
         if not np.array_equal(mine, theirs):
+            if mine.dtype.kind in "iu" and np.allclose(mine.astype(float), theirs.astype(float), rtol=1e-6, atol=0):
+                raise CheckFailure(f"rank {rank} holds values close to the expected ones but not equal: integers "
+                                   "rounded on the way through a float (float64 holds integers exactly only up to "
+                                   "2^53); reduce integers in their own dtype")
             raise CheckFailure(f"rank {rank}{_first_difference(mine, theirs, unit_rows, origins)}. {hint}")
 
 

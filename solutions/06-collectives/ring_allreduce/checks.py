@@ -2,12 +2,13 @@
 
 The student's functions run on 1 to 5 processes in one gloo process group (two GPUs over NCCL
 for the last check), all cases of one world size in one `call_ranks`. Every rank's tensor is
-compared with the grader's own sum of the inputs (int64 exactly; floats within the error that
-any order of p - 1 additions can make); a wrong element is named by what it holds, which the
-inputs make recognisable: they differ on every rank, so one rank's input or a sum over some of
-the ranks can be told apart. The recorded messages must follow the ring: to (r + 1) % p only,
-from (r - 1) % p only, p - 1 per phase, the bytes of one chunk each. Empty chunks (n < p) may
-be sent as zero-element messages or skipped.
+compared with the grader's own sum of the inputs (int64 exactly, on values that a float
+accumulator rounds; floats within the error that any order of p - 1 additions can make); a
+wrong element is named by what it holds, which the inputs make recognisable: they differ on
+every rank, so one rank's input or a sum over some of the ranks can be told apart. The
+recorded messages must follow the ring: to (r + 1) % p only, from (r - 1) % p only, p - 1 per
+phase, the bytes of one chunk each. Empty chunks (n < p) may be sent as zero-element messages
+or skipped.
 """
 
 import itertools
@@ -31,9 +32,10 @@ LARGE = 20_000  # elements of the largest hidden case: large enough for many-chu
 
 
 def _inputs(rng, p: int, n: int, dtype: str) -> list[np.ndarray]:
-    """One array per rank, distinct on every rank: floats in [-100, 100), integers up to a million."""
+    """One array per rank, distinct on every rank: floats in [-100, 100); integers beyond 2^53, which a sum
+    through float64 (let alone float32) rounds, and below 2^60, so that the sum of 5 fits in int64."""
     if dtype == "int64":
-        return [rng.integers(-10**6, 10**6, n).astype(np.int64) for _ in range(p)]
+        return [rng.integers(-2**60, 2**60, n, dtype=np.int64) for _ in range(p)]
     return [rng.uniform(-100, 100, n).astype(dtype) for _ in range(p)]
 
 
@@ -100,7 +102,18 @@ def _what_it_holds(value, index: int, inputs: list[np.ndarray]) -> tuple[str, fr
     return "no sum of the ranks' inputs", frozenset()
 
 
-def _value_hint(function: str, rank: int, ranks: frozenset, p: int) -> str:
+def _rounded(got, expected, index: int, inputs: list[np.ndarray]) -> bool:
+    """Whether an integer result is the sum rounded as a float32 or float64 accumulator rounds it."""
+    if got.dtype.kind != "i":
+        return False
+    bound = 2 * len(inputs) * EPSILON["float32"] * sum(abs(float(x[index])) for x in inputs)
+    return abs(float(got[index]) - float(expected[index])) <= bound
+
+
+def _value_hint(function: str, rank: int, ranks: frozenset, p: int, rounded: bool = False) -> str:
+    if rounded:
+        return ("it went through a floating-point number; add int64 tensors as int64 (float64 holds integers "
+                "exactly only up to 2^53)")
     if not ranks:
         return "was a chunk added twice, added into the wrong chunk, or received into the wrong place?"
     if ranks == {rank}:
@@ -133,16 +146,19 @@ def _check_values(function: str, outcome: dict, rank: int, inputs, expected: np.
     chunk = next(c for c, (start, stop) in enumerate(ring.chunk_bounds(expected.size, len(inputs)))
                  if start <= index < stop)
     wrong = int((~good).sum())
-    values = unredacted(f", {expected[index]:.8g}, but holds {got[index]:.8g} =", ", but holds")  # hidden data
+    form = "d" if got.dtype.kind == "i" else ".8g"
+    values = unredacted(f", {expected[index]:{form}}, but holds {got[index]:{form}} =", ", but holds")  # hidden data
+    rounded = not ranks and _rounded(got, expected, index, inputs)
+    what = "the sum, rounded" if rounded else what
     raise CheckFailure(f"rank {rank}: {wrong} of {good.size} checked elements are wrong; element {index} "
                        f"(chunk {chunk}) should be the sum over all {len(inputs)} ranks{values} {what}: "
-                       f"{_value_hint(function, rank, ranks, len(inputs))}")
+                       f"{_value_hint(function, rank, ranks, len(inputs), rounded)}")
 
 
 # ---------------------------------------------------------------------------------------------- traffic
 
 
-def _error_text(function: str, rank: int, error: str) -> str:
+def _error_text(function: str, p: int, rank: int, error: str) -> str:
     """What a rank's error means: a collective called, a deadlock, or anything else as it was raised (inside
     `redacted()`, by its name only: its text is the student's code's)."""
     if error.startswith("CollectiveNotAllowed"):
@@ -151,9 +167,12 @@ def _error_text(function: str, rank: int, error: str) -> str:
         return (f"{function} called {called}: the exercise is to build it from sends and receives "
                 "(dist.batch_isend_irecv, or dist.isend and dist.irecv) to the ring's neighbours")
     if "timed out waiting" in error.lower() and "send operation" in error:
-        return (f"rank {rank} raised {raised(error)}. A deadlock: every rank waits in a blocking send for its "
-                "successor to receive, while the successor waits in its own send. Post the send and the receive "
-                "together (dist.batch_isend_irecv, or isend and irecv, then wait on both)")
+        return (f"rank {rank} raised {raised(error)}: its send to rank {(rank + 1) % p} was not taken within the "
+                "timeout. Either every rank waits in a blocking dist.send for its successor, which waits in its own "
+                "send (a deadlock: post the send and the receive together, with dist.batch_isend_irecv or isend "
+                "and irecv, then wait on both); or the successor posted no receive for it in that step (one of "
+                "another size, into another chunk, or an empty chunk it skipped), or posted it with dist.irecv and "
+                "never waited on it")
     if "timed out waiting" in error.lower():
         return (f"rank {rank} raised {raised(error)}. A receive waited for a message nobody sent, or for more "
                 "elements than were sent: in step s rank r must receive exactly the chunk its predecessor sends, "
@@ -216,7 +235,7 @@ def _check_world(function: str, student, p: int, cases: list[tuple[int, str]], r
             raise CheckFailure(f"{where}: did not run (an earlier case failed)")
         errors = [(r, o["error"]) for r, o in enumerate(outcomes[i]) if o.get("error")]
         if errors:  # the cause, not a peer that saw the failed rank close its links
-            raise CheckFailure(f"{where}: {_error_text(function, *first_cause(errors))}")
+            raise CheckFailure(f"{where}: {_error_text(function, p, *first_cause(errors))}")
         bounds = ring.chunk_bounds(n, p)
         total = 0
         try:

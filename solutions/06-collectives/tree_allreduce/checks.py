@@ -62,17 +62,25 @@ def _run(student, function: str, p: int, cases: list, rng, extra_args=()) -> lis
     return done
 
 
-def _contributors(value: float, p: int) -> str:
-    """What element 0 (2^r from rank r) says about the ranks a rank's result holds."""
+def _contributors(value: float, p: int, rounds: bool) -> str:
+    """What element 0 (2^r from rank r) says about the ranks a rank's result holds; with `rounds`, whether that is
+    what a loop of too few rounds leaves (a sum over 2^k ranks after k rounds)."""
     if value != int(value) or not 0 <= value < (1 << p):
         return "more than each rank's data once: some rank's data was added twice"
     ranks = [r for r in range(p) if int(value) >> r & 1]
     missing = [r for r in range(p) if r not in ranks]
-    return f"the data of ranks {ranks} only, not of {missing}"
+    held = f"the data of ranks {ranks} only, not of {missing}"
+    count = len(ranks)
+    if not (rounds and ranks and count & (count - 1) == 0):
+        return held
+    k, needed = count.bit_length() - 1, math.ceil(math.log2(p))
+    return (f"{held}: {count} = 2^{k} of the {p} ranks, what {k} round{'s' * (k != 1)} of messages gather, where "
+            f"ceil(log2 p) = {needed} are needed: does the loop stop a round short? (It runs while distance < p.)")
 
 
-def _require_sums(label: str, inputs: list, outcomes: list, hint: str) -> None:
-    """Every rank's tensor after the call equals the sum of the inputs (exact: small integers)."""
+def _require_sums(label: str, inputs: list, outcomes: list, hint: str, rounds: bool = False) -> None:
+    """Every rank's tensor after the call equals the sum of the inputs (exact: small integers). `rounds`: the
+    algorithm gathers 2^k ranks' data in k rounds, so a partial sum over 2^k ranks is named as rounds missing."""
     p = len(inputs)
     expected = np.sum(np.stack(inputs), axis=0, dtype=inputs[0].dtype)
     for rank, outcome in enumerate(outcomes):
@@ -87,7 +95,7 @@ def _require_sums(label: str, inputs: list, outcomes: list, hint: str) -> None:
             if np.array_equal(got, inputs[rank]):
                 what = ": it still holds its own input, as if it took no part"
             elif i == 0:
-                what = f": element 0 holds {_contributors(float(got.ravel()[0]), p)}"
+                what = f": element 0 holds {_contributors(float(got.ravel()[0]), p, rounds)}"
             if redacting():  # the inputs, their sum and what the rank holds are hidden data
                 raise CheckFailure(f"{label}: rank {rank} holds another value than the sum over the {p} ranks at flat "
                                    f"index {i}{what}. {hint}")
@@ -118,8 +126,10 @@ def _require_rounds(label: str, outcomes: list, expected: list[tuple[list, list]
                 continue
             verb = "sent to" if kind == "send" else "received from"
             if len(got) != len(want):
+                short = (f" It stopped after {len(got)} of the {len(want)} rounds: does the loop stop a round short? "
+                         "(It runs while distance < the group's size.)" if got == want[:len(got)] else "")
                 raise CheckFailure(f"{label}: rank {rank} {verb} {len(got)} ranks {got}, expected {len(want)}: "
-                                   f"{want}. {group_hint}")
+                                   f"{want}.{short} {group_hint}")
             k = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
             raise CheckFailure(f"{label}: rank {rank}'s message {k} {verb} rank {got[k]}, expected rank {want[k]} "
                                f"({verb} {want} in all). {group_hint}")
@@ -145,7 +155,7 @@ def recursive_doubling(student, rng, hidden):
         for (label, inputs, outcomes), (group,) in zip(done, case_groups):
             in_order = "in rank order" if group == sorted(group) else "in shuffled order"  # the order is the case's
             label += f", the group {in_order}" if redacting() else f", group {group}"
-            _require_sums(label, inputs, outcomes, PARTNER_HINT)
+            _require_sums(label, inputs, outcomes, PARTNER_HINT, rounds=True)
             _require_whole_tensors(label, outcomes, inputs[0].size)
             partners = [[group[group.index(rank) ^ (1 << k)] for k in range(p.bit_length() - 1)] for rank in range(p)]
             _require_rounds(label, outcomes, [(mine, mine) for mine in partners], PARTNER_HINT)
@@ -191,8 +201,11 @@ def _require_binomial_pattern(label: str, outcomes: list, numel: int) -> None:
     _require_whole_tensors(label, outcomes, numel)
     total = sum(len(_peers(o, "send")) for o in outcomes)
     if total != 2 * (p - 1):
+        short = (" Fewer: some rank's subtree never reached rank 0, or the sum never reached some rank: do both loops "
+                 "run ceil(log2 p) rounds? (They run while distance < p.)" if total < 2 * (p - 1) else "")
         raise CheckFailure(f"{label}: the ranks sent {total} messages in all, expected 2(p - 1) = {2 * (p - 1)}: "
-                           f"each of the p - 1 edges of the tree carries the tensor once up and once down. {TREE_HINT}")
+                           f"each of the p - 1 edges of the tree carries the tensor once up and once down.{short} "
+                           f"{TREE_HINT}")
     for rank, outcome in enumerate(outcomes):
         for kind, verb in (("recv", "received"), ("send", "sent")):
             count = len(_peers(outcome, kind))
@@ -215,7 +228,7 @@ def tree_all_reduce(student, rng, hidden):
     worlds = [1, 2, 3, 5, 6, 7, 8] if hidden else [4, 6]
     for p in worlds:
         for label, inputs, outcomes in _run(student, "tree_all_reduce", p, _cases(rng, p, hidden), rng):
-            _require_sums(label, inputs, outcomes, TREE_HINT)
+            _require_sums(label, inputs, outcomes, TREE_HINT, rounds=True)
             _require_binomial_pattern(label, outcomes, inputs[0].size)
 
 

@@ -5,15 +5,18 @@
 forks `world_size` processes (gloo on CPU; NCCL with one GPU per rank), calls
 `fn(*args[rank])` in each, and returns the per-rank results in rank order. Every
 failure ends within seconds as a `RanksFailed` that says what each rank did: an
-exception on some rank (the others are stopped), a rank that died, or a deadlock
-(ranks still running when `wall_timeout` ran out, or a receive that waited longer
-than `timeout`). No process outlives the call.
+exception on some rank (the others are stopped), a rank that died (with the last
+lines it wrote to standard error: gloo ends a process from C++, where Python sees
+nothing), or a deadlock (ranks still running when `wall_timeout` ran out, or a
+receive that waited longer than `timeout`). What the ranks write to standard error
+reaches ours as they write it. No process outlives the call.
 
 Fork, not spawn: a function defined in a notebook cell cannot be pickled by name,
 and a forked child inherits it with everything the notebook defined before.
 """
 
 import ctypes
+import faulthandler
 import multiprocessing
 import os
 import pickle
@@ -34,34 +37,44 @@ GRACE_AFTER_FAILURE = 2.0  # seconds the other ranks get to finish once one has 
 # gloo's full mesh is refused or times out now and then (a few percent of starts on 2 busy cores).
 # Such a start is started again; errors once the ranks have joined are never retried.
 STARTS = 3
+OUTPUT_LINES = 8  # of a rank that died, the last lines it wrote to standard error that its failure quotes
+# What gloo writes when it ends a process, and what it means in the terms of a learner's code.
+ABORTS = {"Received data size doesn't match expected size":
+          "gloo ended it: a message arrived that is larger than the receive posted for it (a send and its receive "
+          "must agree in number of elements and dtype)"}
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What one rank did: status 'ok' (with its value), 'raised' (error text), 'startup' (it could not
-    join the group), 'died' or 'stopped'."""
+    join the group), 'died' (with `output`, the last lines it wrote to standard error) or 'stopped'."""
 
     rank: int
     status: str
     value: object = None
     error: str = ""
+    output: str = ""
 
-    def describe(self) -> str:
+    def describe(self, output: bool = True) -> str:
+        """What the rank did, in a line, then (if `output`) the last lines it wrote where it died."""
         if self.status == "ok":
             return f"rank {self.rank} finished"
         if self.status == "raised":
             return f"rank {self.rank} raised {self.error}"
         if self.status == "startup":
             return f"rank {self.rank} could not join the process group: {self.error}"
-        return f"rank {self.rank} {self.error}"
+        last = "".join(f"\n      {line}" for line in self.output.splitlines()) if output else ""
+        return f"rank {self.rank} {self.error}" + (f"; the last it wrote:{last}" if last else "")
 
 
 class RanksFailed(RuntimeError):
-    """Some rank did not finish: `outcomes` holds one Outcome per rank, and the message says what each did."""
+    """Some rank did not finish: `outcomes` holds one Outcome per rank, and the message says what each did,
+    headed by the rank that failed first on its own account (`first`, its index; by default found from the
+    errors)."""
 
-    def __init__(self, summary: str, outcomes: list[Outcome]):
+    def __init__(self, outcomes: list[Outcome], first: int | None = None):
         self.outcomes = outcomes
-        lines = [summary] + [f"  {outcome.describe()}" for outcome in outcomes]
+        lines = [_summary(outcomes, first)] + [f"  {outcome.describe()}" for outcome in outcomes]
         super().__init__("\n".join(lines))
 
 
@@ -107,13 +120,13 @@ def _launch(fn, world_size, args, backend, timeout, wall_timeout) -> list:
         if not any(o.status == "startup" for o in outcomes):
             break
     if any(o.status != "ok" for o in outcomes):
-        raise RanksFailed(_summary(outcomes), outcomes)
+        raise RanksFailed(outcomes)
     return [o.value for o in outcomes]
 
 
 def _start(fn, world_size, args, backend, timeout, wall_timeout) -> list[Outcome]:
     context = multiprocessing.get_context("fork")
-    pipes, processes = [], []
+    pipes, processes, output = [], [], _Output()
     # Rendezvous through a file, not a TCPStore: on the VMs this course runs on, about one TCP connect
     # to a fresh store in a hundred stalls for 5 s, which would fail a check for nothing the student did.
     with tempfile.TemporaryDirectory(prefix="aisys-ranks-") as folder:
@@ -121,13 +134,16 @@ def _start(fn, world_size, args, backend, timeout, wall_timeout) -> list[Outcome
         try:
             for rank in range(world_size):
                 parent_end, child_end = context.Pipe()
+                stderr = output.add()
                 process = context.Process(target=_rank_main, name=f"rank{rank}", daemon=True,
-                                          args=(fn, rank, world_size, args[rank], backend, timeout, store, child_end))
+                                          args=(fn, rank, world_size, args[rank], backend, timeout, store, child_end,
+                                                stderr))
                 process.start()
                 child_end.close()
+                os.close(stderr)
                 pipes.append(parent_end)
                 processes.append(process)
-            return _collect(pipes, processes, wall_timeout)
+            return _collect(pipes, processes, output, wall_timeout)
         finally:
             for process in processes:
                 if process.is_alive():
@@ -135,10 +151,65 @@ def _start(fn, world_size, args, backend, timeout, wall_timeout) -> list[Outcome
                 process.join(5)
             for pipe in pipes:
                 pipe.close()
+            output.close(drain=1.0)
 
 
-def _collect(pipes, processes, wall_timeout) -> list[Outcome]:
-    """Read each rank's one reply; stop the rest shortly after a failure, or all of them at the wall deadline."""
+class _Output:
+    """The ranks' standard error, each through a pipe of its own: passed on to ours as it comes, the last lines of
+    each kept to say why a rank died."""
+
+    KEEP = 4096  # bytes of each rank's output kept
+
+    def __init__(self):
+        self.fds: dict[int, int] = {}  # rank -> read end, until its end of file
+        self.tails: list[bytes] = []
+
+    def add(self) -> int:
+        """A pipe for the next rank: the write end, for the rank's standard error."""
+        read, write = os.pipe()
+        self.fds[len(self.tails)] = read
+        self.tails.append(b"")
+        return write
+
+    def read(self, fd: int) -> None:
+        rank = next(r for r, f in self.fds.items() if f == fd)
+        data = os.read(fd, 1 << 16)
+        if not data:
+            os.close(self.fds.pop(rank))
+            return
+        self.tails[rank] = (self.tails[rank] + data)[-self.KEEP:]
+        try:
+            os.write(2, data)
+        except OSError:
+            pass
+
+    def drain(self, ranks, seconds: float) -> None:
+        """Read these ranks' pipes to their end (the ranks exited), for at most `seconds`."""
+        deadline = time.monotonic() + seconds
+        while fds := [self.fds[r] for r in ranks if r in self.fds]:
+            ready = wait(fds, timeout=max(deadline - time.monotonic(), 0))
+            if not ready:
+                break
+            for fd in ready:
+                self.read(fd)
+
+    def last_lines(self, rank: int) -> str:
+        """What the rank wrote last (once it has exited)."""
+        self.drain([rank], 1.0)
+        lines = self.tails[rank].decode(errors="replace").splitlines()[-OUTPUT_LINES:]
+        return "\n".join(line.rstrip()[:500] for line in lines)
+
+    def close(self, drain: float) -> None:
+        """Pass on what the ranks wrote last (for at most `drain` seconds), then close the pipes."""
+        self.drain(list(self.fds), drain)
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def _collect(pipes, processes, output: _Output, wall_timeout) -> list[Outcome]:
+    """Read each rank's one reply; stop the rest shortly after a failure, or all of them at the wall deadline.
+    The ranks' standard error is read all the while: a rank blocks on a full pipe."""
     outcomes: dict[int, Outcome] = {}
     deadline = time.monotonic() + wall_timeout
     waiting = dict(enumerate(pipes))
@@ -146,10 +217,13 @@ def _collect(pipes, processes, wall_timeout) -> list[Outcome]:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        for pipe in wait(list(waiting.values()), timeout=min(left, 0.2)):
+        ready = wait(list(waiting.values()) + list(output.fds.values()), timeout=min(left, 0.2))
+        for fd in [r for r in ready if isinstance(r, int)]:
+            output.read(fd)
+        for pipe in [r for r in ready if not isinstance(r, int)]:
             rank = next(r for r, p in waiting.items() if p is pipe)
             del waiting[rank]
-            outcomes[rank] = _read(pipe, rank, processes[rank])
+            outcomes[rank] = _read(pipe, rank, processes[rank], output)
             if outcomes[rank].status != "ok":
                 deadline = min(deadline, time.monotonic() + GRACE_AFTER_FAILURE)
     failed = any(o.status != "ok" for o in outcomes.values())
@@ -160,24 +234,33 @@ def _collect(pipes, processes, wall_timeout) -> list[Outcome]:
     return [outcomes[rank] for rank in range(len(pipes))]
 
 
-def _read(pipe, rank, process) -> Outcome:
+def _read(pipe, rank, process, output: _Output) -> Outcome:
     try:
         status, payload = pickle.loads(pipe.recv_bytes())
     except (EOFError, OSError):
         process.join(1)
         code = process.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
-        return Outcome(rank, "died", error=f"died without a result (exit {how})")
+        last = output.last_lines(rank)
+        why = next((f": {meaning}" for text, meaning in ABORTS.items() if text in last), "")
+        return Outcome(rank, "died", error=f"died without a result (exit {how}){why}", output=last)
     return Outcome(rank, status, value=payload) if status == "ok" else Outcome(rank, status, error=payload)
 
 
-def _summary(outcomes: list[Outcome]) -> str:
-    """The headline: the first rank that failed on its own account, not because a peer went away."""
+def first_failed(outcomes: list[Outcome]) -> int | None:
+    """The index of the first rank that failed on its own account, not because a peer went away; None if none
+    failed but by being stopped."""
     failed = [o for o in outcomes if o.status in ("raised", "died", "startup")]
-    if not failed:
+    return first_cause([(o.rank, o.error) for o in failed])[0] if failed else None
+
+
+def _summary(outcomes: list[Outcome], first: int | None = None) -> str:
+    """The headline: the rank that failed first, and how many failed."""
+    failed = sum(o.status in ("raised", "died", "startup") for o in outcomes)
+    first = first_failed(outcomes) if first is None else first
+    if first is None:
         return "the ranks did not finish in time (a deadlock?)"
-    first = outcomes[first_cause([(o.rank, o.error) for o in failed])[0]]
-    return first.describe() + (f" ({len(failed)} of {len(outcomes)} ranks failed)" if len(failed) > 1 else "")
+    return outcomes[first].describe(output=False) + (f" ({failed} of {len(outcomes)} ranks failed)" * (failed > 1))
 
 
 def is_consequence(error: str) -> bool:
@@ -207,7 +290,12 @@ def _die_with_parent() -> None:
             pass
 
 
-def _rank_main(fn, rank, world_size, args, backend, timeout, store, pipe) -> None:
+def _rank_main(fn, rank, world_size, args, backend, timeout, store, pipe, stderr) -> None:
+    os.dup2(stderr, 2)  # to the parent, who passes it on and keeps its end (what gloo says when it ends us)
+    os.close(stderr)
+    # A dump of this process's Python frames when gloo aborts it (pytest and some kernels turn it on) would bury
+    # what gloo said under the launcher's frames.
+    faulthandler.disable()
     _die_with_parent()
     import torch
 
