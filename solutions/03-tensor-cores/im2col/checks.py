@@ -224,10 +224,11 @@ def _conv_hint(student, case, got, expected) -> str:
 
 
 def _timed_case(rng) -> dict:
-    """A 200 x 200 image and a 3 x 3 filter: the GEMM takes milliseconds, a loop over its 40000 output pixels a
-    Python-level step each, some 50 times as long."""
-    return {"x": rng.standard_normal((1, 1, 200, 200)), "w": rng.standard_normal((1, 1, 3, 3)), "stride": [1, 1],
-            "padding": [1, 1], "dilation": [1, 1], "groups": 1}
+    """A 254 x 254 output of a 3 x 3 filter: the GEMM takes a millisecond, a loop over the 64516 output pixels a
+    Python-level step each, some 100 times as long. The padding makes the output, not the input, large: a large
+    argument costs the sandbox's bridge far more than a large result (a 200 x 200 float64 image, 0.15 CPU s)."""
+    return {"x": rng.standard_normal((1, 1, 4, 4)), "w": rng.standard_normal((1, 1, 3, 3)), "stride": [1, 1],
+            "padding": [126, 126], "dilation": [1, 1], "groups": 1}
 
 
 @check(points=2)
@@ -237,7 +238,8 @@ def conv2d_gemm(student, rng, hidden):
                   returns="array", hidden=hidden, dtype="reference",
                   hint=lambda case, got, expected: _conv_hint(student, case, got, expected))
     try:
-        compare_timed(student, "conv2d_gemm", _timed_case, _conv_reference, rng, returns="array", repeats=3)
+        compare_timed(student, "conv2d_gemm", _timed_case, _conv_reference, rng, returns="array", repeats=3,
+                      allowance=0.05)
     except CheckFailure as failure:
         slow = "too slow" in str(failure)
         raise CheckFailure(f"{failure}" + (": one matrix product per group on im2col's columns computes every output "
