@@ -163,6 +163,21 @@ def _fail(message):
     raise CheckFailure(message)
 
 
+def test_compare_cases_with_a_budget_stops_code_whose_time_grows_with_the_size():
+    def loop(n):
+        total = 0
+        for _ in range(n):
+            total += 1
+        return total
+
+    cases = [{"n": 10**k} for k in range(3, 13)]  # a loop cannot reach the last ones
+    options = {"returns": "integer", "hidden": False, "budget": 0.01, "slow": "count with the formula."}
+    compare_cases(InProcessStudent({"count": lambda n: n}), "count", cases, lambda n: n, **options)
+    with pytest.raises(CheckFailure, match=r"^case \d of 10: count\(n=\d+\): right, but a call may take 0.01 CPU s "
+                                           r"at any size, and this one took \d\.\d\d CPU s: count with the formula\.$"):
+        compare_cases(InProcessStudent({"count": loop}), "count", cases, lambda n: n, **options)
+
+
 def test_a_check_result_scores_its_points():
     @check(points=3, exercise="tests/points")
     def answer(student, rng, hidden):

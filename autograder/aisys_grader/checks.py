@@ -22,7 +22,7 @@ import numpy as np
 
 from . import plain
 from .exercise import exercise_of_module, find
-from .compare import CheckFailure, CheckSkipped, assert_close, assert_format, describe, redacted
+from .compare import CheckFailure, CheckSkipped, assert_close, assert_format, describe, redacted, unredacted
 from .student import Student
 
 SEED_ENV = "AISYS_GRADING_SEED"  # the instructor's secret seed for hidden cases
@@ -186,10 +186,14 @@ def compare_timed(student: Student, function: str, make_case: Callable[[np.rando
                            f"the slowest took {max(mine) * 1e3:.1f} {unit}")
 
 
+TOO_BIG = ("MemoryError", "OverflowError", "did not return within")  # how code that grows with the size may fail
+
+
 def compare_cases(student: Student, function: str, cases: Iterable[dict], reference: Callable, *, returns: str,
                   hidden: bool, tolerance=None, dtype: str | Callable[[dict], str] | None = None,
-                  hint: Callable | None = None,
-                  compare: Callable | None = None, call: Callable[[dict], str] | None = None) -> None:
+                  hint: Callable | None = None, compare: Callable | None = None,
+                  call: Callable[[dict], str] | None = None, budget: float | None = None,
+                  slow: str | Callable[[dict], str] = "") -> None:
     """Call `function` on each case (keyword arguments) and compare with `reference(**case)` as plain data; the first
     case that differs fails the check, with a message naming the case, the call and what differed.
 
@@ -204,6 +208,11 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
     compare     compare(got, expected, case), raising CheckFailure, instead of the comparison above: for a result
                 judged piece by piece
     call        call(case): how a message names the call, instead of function(argument=describe(value), ...)
+    budget      seconds each call may take, on the clock of Student.timed_call, for a lesson that is a formula: with
+                cases of growing size (each a few times the last, the last beyond any loop), code whose time grows
+                with the size (a loop over every tile) fails at the first case over budget, long before the last;
+                `slow` (or slow(case), which may call the student's helpers to say which one is slow) says, in one
+                sentence, what the better way is
     """
     __tracebackhide__ = True
     cases = list(cases)
@@ -212,9 +221,12 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {named}"
         expected = plain.to_plain(reference(**case))
         try:
-            got = student.call(function, returns=returns, **case)
+            got, seconds = (student.timed_call(function, returns=returns, **case) if budget is not None
+                            else (student.call(function, returns=returns, **case), 0.0))
         except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {failure}") from None
+            too_big = budget is not None and any(sign in str(failure) for sign in TOO_BIG)
+            why = (slow(case) if callable(slow) else slow) if too_big else ""
+            raise CheckFailure(f"{label}: {failure}" + (f". {why}" if why else "")) from None
         try:
             if compare is not None:
                 compare(got, expected, case)
@@ -229,3 +241,8 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
         except CheckFailure as failure:
             more = hint(case, got, expected) if hint else ""
             raise CheckFailure(f"{label}: {failure}" + (f". {more}" if more else "")) from None
+        if budget is not None and seconds > budget:
+            unit = "CPU s" if student.cpu_clock else "s"
+            took = unredacted(f"{seconds:.2f} {unit}", "longer")  # a time, not data, but printed as a number
+            raise CheckFailure(f"{label}: right, but a call may take {budget:g} {unit} at any size, and this one "
+                               f"took {took}: {slow(case) if callable(slow) else slow}")

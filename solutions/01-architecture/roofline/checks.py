@@ -5,12 +5,14 @@ chips from the seed, and include the edges: size-1 dimensions, sub-byte
 int4, zero and infinite intensity, and an intensity exactly at the ridge.
 """
 
+import math
 from dataclasses import asdict
 
 from aisys import dtypes, roofline
 from aisys.hardware import CHIPS
 
 from aisys_grader.checks import check, compare_cases
+from aisys_grader.compare import CheckFailure, unredacted
 
 VISIBLE_DTYPES = ["fp32", "fp16"]
 ALL_DTYPES = list(dtypes.BITS)
@@ -32,6 +34,29 @@ def bytes_per_element(student, rng, hidden):
     compare_cases(student, "bytes_per_element", cases, dtypes.bytes_per_element, returns="number", hidden=hidden)
 
 
+def _cost_hint(student):
+    """hint(case, got, expected) for a {"flops", "bytes"} result: the student's bytes_per_element when it is wrong
+    for the case's dtype (the cost rests on it), else what a typical ratio to the right answer means."""
+    def hint(case, got, expected) -> str:
+        size = dtypes.bytes_per_element(case["dtype"])
+        try:
+            theirs = student.call("bytes_per_element", returns="number", dtype=case["dtype"])
+        except CheckFailure:
+            theirs = None
+        if theirs != size:
+            called = unredacted(f"({case['dtype']!r})")
+            return (f"Your bytes_per_element{called} is wrong, and the bytes here are counted with it: fix "
+                    "bytes_per_element first (its check says how).")
+        ratio = {key: got[key] / expected[key] for key in ("flops", "bytes")
+                 if isinstance(got.get(key), (int, float)) and expected[key]}
+        if ratio.get("flops") == 0.5:
+            return "A multiply-add is two FLOPs, as in every datasheet."
+        if size != 1 and ratio.get("bytes") == 1 / size:
+            return "That counts elements: bytes are elements times bytes_per_element(dtype)."
+        return ""
+    return hint
+
+
 @check(points=2)
 def gemm_cost(student, rng, hidden):
     """gemm_cost(M, N, K, dtype) counts 2MNK FLOPs and the bytes of A, B and C."""
@@ -43,7 +68,7 @@ def gemm_cost(student, rng, hidden):
     def reference(M, N, K, dtype):
         return asdict(roofline.gemm(M, N, K, dtype))
 
-    compare_cases(student, "gemm_cost", cases, reference, returns="mapping", hidden=hidden)
+    compare_cases(student, "gemm_cost", cases, reference, returns="mapping", hidden=hidden, hint=_cost_hint(student))
 
 
 @check(points=1)
@@ -61,7 +86,8 @@ def elementwise_cost(student, rng, hidden):
     def reference(**case):
         return asdict(roofline.elementwise(**case))
 
-    compare_cases(student, "elementwise_cost", cases, reference, returns="mapping", hidden=hidden)
+    compare_cases(student, "elementwise_cost", cases, reference, returns="mapping", hidden=hidden,
+                  hint=_cost_hint(student))
 
 
 @check(points=1)
@@ -75,7 +101,7 @@ def softmax_cost(student, rng, hidden):
     def reference(rows, cols, dtype):
         return asdict(roofline.softmax(rows, cols, dtype))
 
-    compare_cases(student, "softmax_cost", cases, reference, returns="mapping", hidden=hidden)
+    compare_cases(student, "softmax_cost", cases, reference, returns="mapping", hidden=hidden, hint=_cost_hint(student))
 
 
 def _chip_cases(rng, count: int) -> list[dict]:
@@ -111,11 +137,27 @@ VISIBLE_ROOFLINE_CASES = [
 def attainable_flops(student, rng, hidden):
     """attainable_flops(peak_flops, bandwidth, intensity) is the lower of the two roofs."""
     cases = _chip_cases(rng, 6) if hidden else VISIBLE_ROOFLINE_CASES
-    compare_cases(student, "attainable_flops", cases, roofline.attainable, returns="number", hidden=hidden)
+    compare_cases(student, "attainable_flops", cases, roofline.attainable, returns="number", hidden=hidden,
+                  hint=_attainable_hint)
+
+
+def _attainable_hint(case, got, expected) -> str:
+    if any(math.isclose(got * scale, expected) for scale in (1e9, 1e12)):
+        return "The result is in FLOP/s, the unit of peak_flops and of bandwidth times intensity, not TFLOP/s."
+    if got > case["peak_flops"]:
+        return "No kernel runs faster than the chip's peak: take the lower of the two roofs."
+    return "attainable = min(peak_flops, bandwidth * intensity)."
 
 
 @check(points=1)
 def bound(student, rng, hidden):
     """bound(peak_flops, bandwidth, intensity) is 'memory' left of the ridge point, 'compute' from it on."""
     cases = _chip_cases(rng, 6) if hidden else VISIBLE_ROOFLINE_CASES
-    compare_cases(student, "bound", cases, roofline.bound, returns="string", hidden=hidden)
+    compare_cases(student, "bound", cases, roofline.bound, returns="string", hidden=hidden, hint=_bound_hint)
+
+
+def _bound_hint(case, got, expected) -> str:
+    if case["intensity"] == case["peak_flops"] / case["bandwidth"]:
+        return "At the ridge point itself the kernel reaches peak compute: it is compute-bound from the ridge on."
+    return ("The ridge point is peak_flops / bandwidth, in FLOP/byte like the intensity (bandwidth / peak_flops "
+            "is bytes per FLOP): memory-bound below it, compute-bound from it on.")

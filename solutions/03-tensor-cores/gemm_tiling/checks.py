@@ -6,7 +6,10 @@ one, int4 included) from the seed, and add fixed cases on the boundary of each r
 larger than C, sizes one past a multiple of the tile, a warp tile smaller than a warp, a
 candidate that fits only if the stages are forgotten, a tie in intensity.
 
-A failure says which case, what differed, and what that difference usually means.
+A failure says which case, what differed, and what that difference usually means; where the function
+rests on another the student wrote (traffic on tile_reads, best_tiling on traffic and resources) and that one
+is wrong on the case, it says so. tile_reads and traffic must count in closed form: each is timed on sizes
+that grow to 2^32 tiles, which a loop over the tiles is stopped on at the first size it takes over 0.1 s for.
 """
 
 import math
@@ -53,6 +56,9 @@ def _tiling(rng) -> dict:
 
 def _tile_reads_hint(case, got, expected) -> str:
     M, N, K, tm, tn = (case[k] for k in ("M", "N", "K", "tile_m", "tile_n"))
+    if expected > 2**53 and abs(got - expected) <= expected * 2**-52:
+        return ("Off by a few elements in more than 2^53: a float64 holds integers that large only to within a few "
+                "units. Count in integers: multiply ints, with ceil(N / tile_n) as math.ceil or -(-N // tile_n).")
     mistakes = [
         (M * K + K * N, "You counted A and B once. Each tile loads the rows of A and the columns of B it needs, so a "
                         "row of A is loaded once per column of tiles, ceil(N / tile_n) times, and a column of B once "
@@ -70,18 +76,37 @@ def _tile_reads_hint(case, got, expected) -> str:
                                    "needs over the whole of K, and add them up.")
 
 
+# Square 1 x 1 tiles from 2^12 tiles to 2^32, 4 times as many each step: the closed form answers at once, a loop
+# over the tiles passes the budget at about 2^20 tiles (a third of that in traffic, which counts three levels).
+GROWING = [2**e for e in range(6, 17)]
+BUDGET = 0.1  # seconds a call may take at any size (a bridge call costs about 4 ms)
+SLOW = ("A loop over every tile cannot finish at the sizes these cases grow to (2^32 tiles of 1 x 1): count in closed "
+        "form, M K ceil(N / tile_n) + K N ceil(M / tile_m), since each row of A is loaded once per column of tiles "
+        "and each column of B once per row of tiles.")
+
+
+def _small_first(cases: list[tuple], growing: list[tuple], tiles) -> list[tuple]:
+    """The cases of up to 2^12 tiles, then the growing ones, then the rest: a loop over the tiles meets the
+    growing cases, and their budget, before any large case (up to 10^10 tiles) it could not finish."""
+    small = [case for case in cases if tiles(case) <= 2**12]
+    return small + growing + [case for case in cases if case not in small]
+
+
 @check(points=2)
 def tile_reads(student, rng, hidden):
-    """tile_reads(M, N, K, tile_m, tile_n) counts the elements of A and B a grid of tiles loads."""
+    """tile_reads(M, N, K, tile_m, tile_n) counts the elements a grid of tiles loads: an integer, in closed form."""
     cases = [(256, 256, 64, 64, 64), (100, 70, 30, 32, 16)]
     if hidden:
         cases = [(1, 1, 1, 1, 1), (1, 1, 1, 128, 128), (128, 64, 9, 128, 64), (129, 65, 7, 128, 64),
-                 (8192, 1, 8192, 128, 64), (3, 1000, 5, 2, 7)]
+                 (8192, 1, 8192, 128, 64), (3, 1000, 5, 2, 7),
+                 (300007, 300007, 300007, 3, 1)]  # 2.7e16 elements: past 2^53, where floats round
         cases += [(_size(rng, 4), _size(rng, 4), _size(rng, 4), int(rng.integers(1, 300)), int(rng.integers(1, 300)))
                   for _ in range(10)]
-    cases = [dict(zip(("M", "N", "K", "tile_m", "tile_n"), case)) for case in cases]
-    compare_cases(student, "tile_reads", cases, gemm_tiling.tile_reads, returns="number", hidden=hidden,
-                  hint=_tile_reads_hint)
+    cases = _small_first(cases, [(size, size, 3, 1, 1) for size in GROWING],
+                         lambda case: -(-case[0] // case[3]) * -(-case[1] // case[4]))
+    compare_cases(student, "tile_reads", [dict(zip(("M", "N", "K", "tile_m", "tile_n"), case)) for case in cases],
+                  gemm_tiling.tile_reads, returns="integer", hidden=hidden, hint=_tile_reads_hint, budget=BUDGET,
+                  slow=SLOW)
 
 
 # 2. Traffic at each level
@@ -91,11 +116,40 @@ def _traffic_reference(M, N, K, dtype, tiling, out_dtype=None):
     return gemm_tiling.traffic(M, N, K, dtype, Tiling(**tiling), out_dtype).as_dict()
 
 
-def _traffic_hint(case, got, expected) -> str:
+LEVELS = {"global_reads": ("BM", "BN", "block tile BM x BN"), "shared_reads": ("WM", "WN", "warp tile WM x WN"),
+          "register_reads": ("TM", "TN", "thread tile TM x TN")}
+
+
+def _agrees(student, function: str, expected, **arguments) -> bool:
+    """Whether the student's `function` (a helper the notebook has the student write) gives `expected` here;
+    False when it raises."""
+    try:
+        return _matches(student.call(function, **arguments), expected)
+    except CheckFailure:
+        return False
+
+
+def _level_arguments(case: dict, tile: tuple[str, str]) -> dict:
+    tiling = case["tiling"]
+    return {"M": case["M"], "N": case["N"], "K": case["K"], "tile_m": tiling[tile[0]], "tile_n": tiling[tile[1]]}
+
+
+def _tile_reads_blamed(student, case: dict, key: str) -> str:
+    """'' unless the student's tile_reads is wrong for this level's tiles: then that it is the cause."""
+    arguments = _level_arguments(case, LEVELS[key][:2])
+    if _agrees(student, "tile_reads", gemm_tiling.tile_reads(**arguments), **arguments):
+        return ""
+    return (f"Your tile_reads is wrong for the {LEVELS[key][2]} of this case, so {key}, if it uses it, is wrong with "
+            "it: fix tile_reads first (its check says how).")
+
+
+def _traffic_hint(student, case, got, expected) -> str:
     wrong = [key for key in expected if isinstance(got, dict) and key in got and not _matches(got[key], expected[key])]
     if not wrong:
         return "Return a dict with exactly the keys listed in the exercise."
     key = wrong[0]
+    if key in LEVELS and (blamed := _tile_reads_blamed(student, case, key)):
+        return blamed
     numeric = isinstance(got[key], (int, float)) and expected[key]
     ratio = got[key] / expected[key] if numeric else None
     size = dtypes.bytes_per_element(case["dtype"])
@@ -107,10 +161,8 @@ def _traffic_hint(case, got, expected) -> str:
         if case.get("out_dtype") and _matches(got[key], case["M"] * case["N"] * size):
             return "C is stored in out_dtype when one is given."
         return "C is stored once: M * N elements of out_dtype (of dtype when out_dtype is None)."
-    if key.endswith("_reads"):
-        tile = {"global_reads": "block tile BM x BN", "shared_reads": "warp tile WM x WN",
-                "register_reads": "thread tile TM x TN"}[key]
-        return f"{key} is tile_reads with the {tile}, times the bytes of one element of dtype."
+    if key in LEVELS:
+        return f"{key} is tile_reads with the {LEVELS[key][2]}, times the bytes of one element of dtype."
     if key == "global_intensity":
         return "global_intensity is flops / (global_reads + c_writes): global memory sees C's stores too."
     return f"{key} is flops divided by the bytes that level reads."
@@ -132,11 +184,33 @@ def _traffic_cases(rng, hidden) -> list[dict]:
     return cases
 
 
+ONES = {"BM": 1, "BN": 1, "BK": 1, "WM": 1, "WN": 1, "TM": 1, "TN": 1, "stages": 1}  # 1 x 1 tiles at every level
+
+
+def _traffic_slow(student, case: dict) -> str:
+    """Why traffic is slow at this size: the student's tile_reads, when it alone is over the budget there."""
+    arguments = _level_arguments(case, ("TM", "TN"))
+    try:
+        slow = student.timed_call("tile_reads", **arguments)[1] > BUDGET
+    except CheckFailure:
+        slow = False
+    return ("your tile_reads is the slow part: on these 1 x 1 tiles it alone takes longer than that. " if slow
+            else "each level's count is tile_reads of its tile. ") + SLOW
+
+
 @check(points=2)
 def traffic(student, rng, hidden):
     """traffic(M, N, K, dtype, tiling, out_dtype) gives FLOPs, bytes at each level, C's store and intensities."""
-    compare_cases(student, "traffic", _traffic_cases(rng, hidden), _traffic_reference, returns="mapping",
-                  hidden=hidden, hint=_traffic_hint)
+    growing = [{"M": size, "N": size, "K": 3, "dtype": "bf16", "tiling": ONES} for size in GROWING]
+    compare_cases(student, "traffic", _small_first(_traffic_cases(rng, hidden), growing, _most_tiles),
+                  _traffic_reference, returns="mapping", hidden=hidden, budget=BUDGET,
+                  hint=lambda case, got, expected: _traffic_hint(student, case, got, expected),
+                  slow=lambda case: _traffic_slow(student, case))
+
+
+def _most_tiles(case: dict) -> int:
+    """Tiles at the level with the smallest ones (threads'): what a loop over the tiles visits most."""
+    return -(-case["M"] // case["tiling"]["TM"]) * -(-case["N"] // case["tiling"]["TN"])
 
 
 # 3. A block's resources
@@ -190,7 +264,23 @@ def _best_reference(M, N, K, dtype, candidates, smem_limit, regs_limit):
     return gemm_tiling.best_tiling(M, N, K, dtype, tilings, smem_limit, regs_limit).as_dict()
 
 
-def _best_hint(case, got, expected) -> str:
+def _helpers_blamed(student, case: dict) -> str:
+    """'' unless the student's resources or traffic is wrong for a candidate of this case: then that it is the cause."""
+    M, N, K, dtype = (case[k] for k in ("M", "N", "K", "dtype"))
+    for i, candidate in enumerate(case["candidates"]):
+        for function, expected, arguments in (
+                ("resources", _resources_reference(candidate, dtype), {"tiling": candidate, "dtype": dtype}),
+                ("traffic", _traffic_reference(M, N, K, dtype, candidate), {"M": M, "N": N, "K": K, "dtype": dtype,
+                                                                            "tiling": candidate})):
+            if not _agrees(student, function, expected, **arguments):
+                return (f"Your {function} is wrong for candidate {i} of this case, and the choice rests on it: fix "
+                        f"{function} first (its check says how).")
+    return ""
+
+
+def _best_hint(student, case, got, expected) -> str:
+    if blamed := _helpers_blamed(student, case):
+        return blamed
     if expected is None:
         return "No candidate fits both limits: return None."
     if got is None:
@@ -282,5 +372,5 @@ def _best_cases(rng, hidden) -> list[dict]:
 def best_tiling(student, rng, hidden):
     """best_tiling(...) picks the fitting candidate of highest global intensity, with the ties broken as stated."""
     compare_cases(student, "best_tiling", _best_cases(rng, hidden), _best_reference, returns="any", hidden=hidden,
-                  hint=_best_hint)
+                  hint=lambda case, got, expected: _best_hint(student, case, got, expected))
 

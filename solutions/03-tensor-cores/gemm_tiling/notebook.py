@@ -71,6 +71,8 @@ print({dtype: bytes_per_element(dtype) for dtype in ["fp64", "fp32", "bf16", "fp
 # Return $\text{reads}(t_m, t_n)$ for a grid of `tile_m` x `tile_n` tiles, as an integer
 # number of elements. Check yourself: with 1 x 1 tiles every multiply-add loads its two
 # operands ($2MNK$); with one tile as large as $C$, $A$ and $B$ are loaded once ($MK + KN$).
+# The checks reach $2^{16}$ x $2^{16}$ outputs in 1 x 1 tiles, $2^{32}$ tiles, which no loop over
+# the tiles can visit in time: use the formula, in integers (past $2^{53}$ a float is not exact).
 
 # %% tags=["solution"]
 def tile_reads(M: int, N: int, K: int, tile_m: int, tile_n: int) -> int:

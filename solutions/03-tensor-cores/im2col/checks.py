@@ -21,7 +21,7 @@ import numpy as np
 
 from aisys import conv
 
-from aisys_grader.checks import check, compare_cases
+from aisys_grader.checks import check, compare_cases, compare_timed
 from aisys_grader.compare import CheckFailure, assert_close, unredacted
 
 
@@ -65,6 +65,8 @@ def _random_geometry(rng) -> tuple:
 
 
 def _data(rng, shape, dtype) -> np.ndarray:
+    if dtype == "int64 huge":  # pixels past 2**53, which a float64 cannot hold: a copy must stay in integers
+        return rng.integers(2**60, 2**61, size=shape, dtype=np.int64) | 1
     if dtype == "int64 large":  # products near 2**51 and sums past 2**53: exact in int64, rounded in float64
         return rng.integers(2**25, 2**26, size=shape, dtype=np.int64)
     if dtype == "int64":
@@ -133,6 +135,9 @@ def _im2col_hint(case, got, expected) -> str:
         f"pad x by `padding` on both sides first, and count output positions with output_size."))
     if general:
         return general
+    if x.dtype.kind == "i" and np.abs(x).max() > 2**53:
+        return ("These pixels lie past 2**53, where a float64 no longer holds every integer: copy them into an "
+                "array of x's dtype, never through a float one (np.zeros(shape) is float64).")
     L = expected.shape[2]
     tap_major = expected.reshape(B, C, kh, kw, L).transpose(0, 2, 3, 1, 4).reshape(B, C * kh * kw, L)
     if C > 1 and np.array_equal(got, tap_major):
@@ -146,7 +151,8 @@ def _im2col_hint(case, got, expected) -> str:
 @check(points=3)
 def im2col(student, rng, hidden):
     """im2col(x, kernel_size, stride, padding, dilation) equals torch's F.unfold: (B, C*kh*kw, OH*OW), x's dtype."""
-    plan = _hidden_plan(rng, 8) if hidden else list(zip(VISIBLE_GEOMETRIES, ["float64", "float32", "int64"]))
+    plan = _hidden_plan(rng, 8) + [(LARGE_INTEGER_GEOMETRY, "int64 huge")] if hidden \
+        else list(zip(VISIBLE_GEOMETRIES, ["float64", "float32", "int64"]))
     cases = []
     for i, ((H, W, *geometry), dtype) in enumerate(plan):
         B, C = (1 + i % 2, 1 + i % 3) if hidden else (1, 2)  # batch 1 and channels 1 among them
@@ -179,8 +185,24 @@ def _conv_reference(x, w, stride, padding, dilation, groups):
     return conv.conv2d(x, w, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups)
 
 
-def _conv_hint(case, got, expected) -> str:
+def _im2col_blamed(student, case) -> str:
+    """'' unless the student's im2col is wrong on this case's x: then that it is the cause."""
+    arguments = {"x": case["x"], **_arguments(case["w"].shape[2:], case["stride"], case["padding"], case["dilation"])}
+    try:
+        got = student.call("im2col", returns="array", **arguments)
+        assert_close(got, conv.im2col(**arguments))
+        if got.dtype == case["x"].dtype:
+            return ""
+    except CheckFailure:
+        pass
+    return ("Your im2col is wrong for this case's x and geometry, and conv2d_gemm multiplies its columns: fix im2col "
+            "first (its check says how).")
+
+
+def _conv_hint(student, case, got, expected) -> str:
     x, w = case["x"], case["w"]
+    if blamed := _im2col_blamed(student, case):
+        return blamed
     sizes = _sizes({**case, "kernel_size": list(w.shape[2:])})
     general = _dtype_or_shape_hint(got, expected, f"The output is (B, OC, OH, OW) = {expected.shape} here ({sizes}).")
     if general:
@@ -190,29 +212,47 @@ def _conv_hint(case, got, expected) -> str:
         return ("This is the convolution with a flipped kernel: a deep-learning conv2d is a cross-correlation, "
                 "w[o, c, p, q] multiplies the input at tap (p, q) as it stands; do not flip w.")
     if x.dtype == np.int64 and np.abs(x).max() > 2**20:
-        return ("With integers near 2**26 the sums pass 2**53: float64 arithmetic rounds them, an int64 matmul does "
-                "not. Keep integers in integer arrays all the way.")
+        return ("With integers near 2**26 the products pass 2**51 and their sums 2**53: an int32 accumulator "
+                "overflows (wraps around) and float64 arithmetic rounds; only int64 is exact. Keep x's dtype all "
+                "the way.")
     if case["groups"] > 1:
         return (f"With groups = {case['groups']}, group g holds the consecutive input channels g*C/groups to "
                 f"(g+1)*C/groups - 1 (rows g*K to (g+1)*K - 1 of the columns, K = C/groups * kh * kw) and the "
                 f"consecutive filters g*OC/groups to (g+1)*OC/groups - 1: one GEMM (OC/groups x K) @ (K x OH*OW) each.")
     return ("W reshaped to (OC, C * kh * kw) times the columns (C * kh * kw, OH * OW) gives (OC, OH * OW) per image; "
-            "both sides must order the taps (C, kh, kw), as w.reshape(OC, -1) does. If im2col fails its own check, "
-            "fix it first.")
+            "both sides must order the taps (C, kh, kw), as w.reshape(OC, -1) does.")
+
+
+def _timed_case(rng) -> dict:
+    """A 254 x 254 output of a 3 x 3 filter: the GEMM takes a millisecond, a loop over the 64516 output pixels a
+    Python-level step each, some 100 times as long. The padding makes the output, not the input, large: a large
+    argument costs the sandbox's bridge far more than a large result (a 200 x 200 float64 image, 0.15 CPU s)."""
+    return {"x": rng.standard_normal((1, 1, 4, 4)), "w": rng.standard_normal((1, 1, 3, 3)), "stride": [1, 1],
+            "padding": [126, 126], "dilation": [1, 1], "groups": 1}
 
 
 @check(points=2)
 def conv2d_gemm(student, rng, hidden):
-    """conv2d_gemm(x, w, stride, padding, dilation, groups=1) equals F.conv2d, exactly for integers."""
+    """conv2d_gemm(x, w, stride, padding, dilation, groups=1) equals F.conv2d, integers exactly, at a GEMM's speed."""
     compare_cases(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=False), _conv_reference,
-                  returns="array", hidden=hidden, dtype="reference", hint=_conv_hint)
+                  returns="array", hidden=hidden, dtype="reference",
+                  hint=lambda case, got, expected: _conv_hint(student, case, got, expected))
+    try:
+        compare_timed(student, "conv2d_gemm", _timed_case, _conv_reference, rng, returns="array", repeats=3,
+                      allowance=0.05)
+    except CheckFailure as failure:
+        slow = "too slow" in str(failure)
+        raise CheckFailure(f"{failure}" + (": one matrix product per group on im2col's columns computes every output "
+                                           "at once, where a loop over the output pixels runs a small dot product "
+                                           "per pixel in Python" if slow else "")) from None
 
 
 @check(points=2)
 def conv2d_gemm_groups(student, rng, hidden):
     """conv2d_gemm with groups > 1 (depthwise included) equals F.conv2d with the same groups."""
     compare_cases(student, "conv2d_gemm", _conv_cases(rng, hidden, grouped=True), _conv_reference,
-                  returns="array", hidden=hidden, dtype="reference", hint=_conv_hint)
+                  returns="array", hidden=hidden, dtype="reference",
+                  hint=lambda case, got, expected: _conv_hint(student, case, got, expected))
 
 
 # ---------------------------------------------------------------------------------------------------------------

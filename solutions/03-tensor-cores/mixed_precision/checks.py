@@ -13,6 +13,7 @@ gamma_n and hold on an input built to approach it; the typical error must be wit
 TYPICAL_FACTOR of the median error measured on random data.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -112,9 +113,13 @@ def _roundings(student, function: str, cases: list[dict], hidden: bool) -> None:
 
 
 def _same_bits(got, expected, case) -> None:
-    """CheckFailure unless `got` has `expected`'s shape and bits (NaN as NaN); it explains the first wrong element."""
+    """CheckFailure unless `got` is float32 with `expected`'s shape and bits (NaN as NaN); it explains the first
+    wrong element."""
     if got.shape != expected.shape:
         raise CheckFailure(f"expected an array of x's shape {expected.shape}, got shape {got.shape}")
+    if got.dtype != np.float32:
+        raise CheckFailure(f"expected float32 values, the format's values carried in float32, got dtype {got.dtype}"
+                           + (": convert back with .astype(np.float32)" if got.dtype == np.float16 else ""))
     with np.errstate(invalid="ignore"):  # widening a signalling NaN raises the invalid flag
         g, e = got.astype(np.float64), expected.astype(np.float64)
     wrong = ~((g == e) | (np.isnan(g) & np.isnan(e)))
@@ -182,6 +187,16 @@ def _lost_update_cases(rng, dtype: str) -> list[tuple[dict, str]]:
     return [({"w": w, "update": update, "dtype": dtype}, why) for w, update, why in plan]
 
 
+LOST_UPDATE_EXTREMES = [  # the largest finite value of each 16-bit format: its odd significand ties up, to inf
+    ({"w": 65504.0, "update": 16.0, "dtype": "fp16"},
+     "w is the largest finite value and the update half the spacing there: the tie goes to the even neighbour, which "
+     "lies past the format's range, so w + update is inf, not w"),
+    ({"w": float(_bits(0x7F7F0000)[0]), "update": 2.0**119, "dtype": "bf16"},
+     "w is the largest finite value and the update half the spacing there: the tie goes to the even neighbour, which "
+     "lies past the format's range, so w + update is inf, not w"),
+]
+
+
 @check(points=1)
 def lost_update(student, rng, hidden):
     """lost_update(w, update, dtype) says whether w + update rounds back to w: the seed's 2^-3 + 2^-14 in fp16."""
@@ -190,15 +205,22 @@ def lost_update(student, rng, hidden):
                  ({"w": 2.0**-3, "update": 2.0**-14, "dtype": "fp32"}, "FP32 master weights"),
                  ({"w": 2.0**-3, "update": 2.0**-13, "dtype": "fp16"}, "a whole spacing")]
     else:
-        cases = [case for dtype in DTYPES for case in _lost_update_cases(rng, dtype)]
+        cases = [case for dtype in DTYPES for case in _lost_update_cases(rng, dtype)] + LOST_UPDATE_EXTREMES
     for i, (case, why) in enumerate(cases, 1):
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}"
         arguments = [f"{k}={v!r}" if k == "dtype" else f"{k}={shown(v, '!r')}" for k, v in case.items()]
         call = f"lost_update({', '.join(arguments)})"
         try:
-            assert_close(student.call("lost_update", returns="boolean", **case), reference.lost_update(**case))
+            got = student.call("lost_update", returns="boolean", **case)
         except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call}: {failure}. Here {why}.") from None
+            raise CheckFailure(f"{label}: {call}: {failure}") from None
+        try:
+            assert_close(got, reference.lost_update(**case))
+        except CheckFailure as failure:
+            dtype = case["dtype"]
+            sums = [(np.array([value]), dtype) for value in (case["w"], case["update"], case["w"] + case["update"])]
+            raise CheckFailure(f"{label}: {call}: {failure}. Here {why}. "
+                               f"{_round_to_blamed(student, 'lost_update', sums)}".rstrip()) from None
 
 
 @check(points=1)
@@ -206,7 +228,10 @@ def stagnation(student, rng, hidden):
     """stagnation(dtype) is the first n with n + 1 == n: 2^p, where fp16 accumulation of ones stops."""
     for dtype in (DTYPES if hidden else ("fp16",)):
         expected = reference.stagnation(dtype)
-        got = student.call("stagnation", returns="number", dtype=dtype)
+        try:
+            got = student.call("stagnation", returns="integer", dtype=dtype)
+        except CheckFailure as failure:
+            raise CheckFailure(f"stagnation(dtype={dtype!r}): {failure}") from None
         if got != expected:
             p = reference.FORMATS[dtype].precision
             hint = (" 2^(mantissa bits) misses the implicit leading 1: p = mantissa bits + 1."
@@ -241,15 +266,33 @@ SPECIAL_DOTS = [  # (a, b, storage, accumulate, order, what it shows)
 ]
 
 
-def _dot_hint(case: dict, got: float) -> str:
-    """Which slip would give `got`, tried one by one with the reference."""
+def _round_to_blamed(student, function: str, roundings: list[tuple[np.ndarray, str]]) -> str:
+    """'' unless the student's round_to is wrong on one of these (values, dtype): then that it is the cause."""
+    for x, dtype in roundings:
+        try:
+            assert_close(student.call("round_to", returns="array", x=x, dtype=dtype),
+                         np.asarray(reference.round_to(x, dtype), dtype=np.float32), rtol=0, atol=0)
+        except CheckFailure:
+            return (f"Your round_to is wrong on some of the values this case rounds to {dtype}, and {function} rounds "
+                    "with it: fix round_to first (its check says how).")
+    return ""
+
+
+def _dot_hint(student, case: dict, got: float) -> str:
+    """Which slip would give `got`, tried one by one with the reference, after the student's round_to."""
     a, b, storage, accumulate, order = (case[k] for k in ("a", "b", "storage", "accumulate", "order"))
+    products = (np.asarray(reference.round_to(a.astype(np.float64), storage), np.float64)
+                * reference.round_to(b.astype(np.float64), storage))
+    if blamed := _round_to_blamed(student, "dot", [(a, storage), (b, storage), (products, accumulate)]):
+        return blamed
 
     def same(value) -> bool:
         return value == got or (math.isnan(value) and math.isnan(got))
 
-    exact = math.fsum(np.asarray(reference.round_to(a.astype(np.float64), storage))
-                      * reference.round_to(b.astype(np.float64), storage))
+    exact = math.fsum(products)
+    if storage != accumulate and same(reference.dot(a, b, storage, storage, order)):
+        return (f"That is a sum kept in the storage format, {storage}: round each product and partial sum to "
+                f"{accumulate}, the accumulator's format (Tensor Cores add FP16 products in FP32).")
     if accumulate != "fp32" and (same(reference.dot(a, b, storage, "fp32", order))
                                  or same(float(reference.round_to(exact, accumulate)))):
         return (f"That is a sum kept in a wider format: round every product and every partial sum to {accumulate}, "
@@ -289,9 +332,10 @@ def dot(student, rng, hidden):
         try:
             assert_close(got, reference.dot(a, b, storage, accumulate, order), rtol=0, atol=0)
         except CheckFailure as failure:
-            raise CheckFailure(f"{label}: {call} (K = {a.size}): {failure}. {_dot_hint(case, got)}") from None
+            raise CheckFailure(f"{label}: {call} (K = {a.size}): {failure}. {_dot_hint(student, case, got)}") from None
 
 
+@functools.lru_cache(maxsize=256)  # the same K and format come back in every grading
 def _near_worst_case(K: int, accumulate: str) -> float:
     """The relative error of 1 + t + ... + t (K terms) with t just over half the spacing after 1.
 
@@ -345,6 +389,11 @@ def error_bound(student, rng, hidden):
             raise CheckFailure(f"{label}: {call}: {failure}.{hint}") from None
 
 
+@functools.lru_cache(maxsize=64)  # a grading seed gives the same measurements to every notebook graded with it
+def _measured_errors(Ks: tuple, storage: str, accumulate: str, order: str, seed: int) -> tuple:
+    return tuple(reference.measured_errors(Ks, storage, accumulate, order, "random", TYPICAL_TRIALS, seed))
+
+
 @check(points=2)
 def typical_error(student, rng, hidden):
     """typical_error(K, accumulate, order) is within a factor of 10 of the median error measured on random data."""
@@ -356,7 +405,7 @@ def typical_error(student, rng, hidden):
     for storage, accumulate, Ks in plan:
         for order in reference.ORDERS:
             seed = int(rng.integers(2**31))
-            measured = reference.measured_errors(Ks, storage, accumulate, order, "random", TYPICAL_TRIALS, seed)
+            measured = _measured_errors(Ks, storage, accumulate, order, seed)
             for K, median in zip(Ks, measured):
                 call = f"typical_error(K={describe(K)}, accumulate={accumulate!r}, order={order!r})"
                 got = student.call("typical_error", returns="number", K=K, accumulate=accumulate, order=order)

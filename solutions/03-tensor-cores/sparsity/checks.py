@@ -58,6 +58,15 @@ EDGE_WEIGHTS = [
     _as([[0, -0.5, 0.25, 0.5]], "float16"),  # one group, negative tie
     _as([[0, 0, 0, 0, -3, 0, 0, 0, 0, 0, 0, 2]], "float32"),  # empty group; lone negative; lone value at the end
     _as([[-7, 1, 2, 3, 0, 0, 5, -5], [2, 2, 2, 2, -1, -2, -3, -4]], "float64"),
+    _as([[1, 256, -300, 400, -65504, 65504, 0.5, -1]], "float16"),  # squares past 65504: inf in float16, a false tie
+]
+# Products whose accumulator matters whatever the seed: int32 weights and activations near 2**30 (their products,
+# near 2**60, wrap around in an int32 accumulator), and float16 sums of 2048 + 1 (float16 keeps 11 bits: 2048).
+EDGE_PRODUCTS = [
+    (_as([[2**30, 0, 0, -2**30 + 1], [0, 3, -2**31 + 1, 0]], "int32"),
+     _as([[2**30 - 1, 1], [-2**30, 7], [2**30 + 5, -2**30], [2**30, 2**30]], "int32")),
+    (_as([[32, 0, 0, 1, 0, 0, -1, 0.5]], "float16"),
+     _as([[64, 1], [0.5, 0], [3, 0], [1, 2], [2, 0], [0, 0], [-0.125, 4], [2, 8]], "float16")),
 ]
 EDGE_TWO_FOUR = [
     _as([[-3, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, -5]], "float32"),  # lone negative; empty group; equal magnitudes
@@ -105,9 +114,19 @@ def _pruning_hint(W: np.ndarray, got_mask: np.ndarray, expected_mask: np.ndarray
     text = f"In {_group_text(W, row, group)}, " + unredacted(f"keep positions {mine.tolist()}; yours keeps "
                                                              f"{yours.tolist()}.", "yours keeps other positions.")
     values = W[row, 4 * group:4 * group + 4].astype(np.float64)
+    magnitude = np.abs(values)
+    if len(yours) > 2 and set(mine) <= set(yours) and (magnitude[yours] >= magnitude[mine].min()).all():
+        return text + (" Keep exactly 2: among equal magnitudes the lower position wins, so a threshold at the second "
+                       "largest magnitude keeps too many when magnitudes tie (argsort with kind='stable' on -|w|).")
     if len(yours) != 2:
         return text + (" Keep exactly 2 of each group of 4 consecutive elements of a row (along K), not of a "
                        "column.")
+    with np.errstate(over="ignore"):
+        squares = W[row, 4 * group:4 * group + 4] * W[row, 4 * group:4 * group + 4]  # in W's dtype, as numpy does
+    if list(yours) == sorted(np.argsort(-squares.astype(np.float64), kind="stable")[:2]) and set(yours) != set(mine):
+        wraps = (" int8 arithmetic wraps around: np.abs of -128 is -128, and w * w wraps too." if W.dtype == np.int8
+                 else f" That ranks w * w in {W.dtype}, which overflows (in float16, past 256 to inf: a false tie).")
+        return text + wraps + " Rank |w| in a wider type: np.abs(W.astype(np.float64))."
     if (values < 0).any() and W[row, 4 * group + yours].astype(np.float64).sum() > W[row, 4 * group + mine].sum():
         return text + (" Rank by magnitude |w|: a large negative weight matters as much as a positive one"
                        + (" (and np.abs of an int8 -128 is -128: widen the type first)." if W.dtype == np.int8
@@ -135,6 +154,20 @@ def _metadata_hint(indices: np.ndarray, got: np.ndarray, expected: np.ndarray) -
                          f"{int(got[row, byte]):#010b}", " and differs") + ". Byte = nibble(2j) | "
             "nibble(2j+1) << 4, nibble = first | second << 2: the 2-bit fields fill each byte from the least "
             "significant end.")
+
+
+def _blamed(student, helper: str, arguments: dict, expected: np.ndarray, user: str) -> str:
+    """'' unless the student's `helper` is wrong on these arguments (values or dtype): then that it is the cause."""
+    try:
+        got = student.call(helper, returns="array", **arguments)
+        assert_close(got, expected)
+        if got.dtype == expected.dtype:
+            return ""
+    except CheckFailure as failure:
+        if any(words in str(failure) for words in ("not implemented", "not defined")):
+            return ""  # nothing to blame yet
+    return (f"Your {helper} is wrong on this case, and so is {user} if it uses it: fix {helper} first (its check says "
+            "how).")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -190,35 +223,46 @@ def compress(student, rng, hidden):
     for i, W in enumerate(cases, 1):
         where = f"{_label(hidden, i, len(cases))}: {_call_text('compress', {'W': W})}"
         expected_values, expected_metadata = sparsity.compress(W)
-        got = student.call("compress", returns="list", W=W)
-        if len(got) != 2 or not all(isinstance(part, np.ndarray) for part in got):
-            raise CheckFailure(f"{where}: expected a pair of arrays (values, metadata), got {describe(got)}")
-        values, metadata = got
-        M, K = W.shape
-        if metadata.dtype != np.uint8 or metadata.shape != expected_metadata.shape:
-            raise CheckFailure(f"{where}: metadata: expected a uint8 array of shape {expected_metadata.shape} "
-                               f"(ceil(K / 8) bytes per row), got {describe(metadata)}")
-        got_positions, positions = _positions(metadata, K), sparsity.unpack_metadata(expected_metadata, K)
-        if not np.array_equal(got_positions, positions):
-            row, t = (int(i) for i in np.argwhere(got_positions != positions)[0])
-            pair = slice(t - t % 2, t - t % 2 + 2)  # the two positions of value t's group
-            raise CheckFailure(
-                f"{where}: metadata: in {_group_text(W, row, t // 2)} "
-                + unredacted(f"expected positions {positions[row, pair].tolist()}, got "
-                             f"{got_positions[row, pair].tolist()}", "the positions differ") +
-                " (read with the layout of part 2). Store the non-zeros' positions in increasing order; a group with "
-                "fewer than 2 non-zeros completes them with its lowest zero positions, as mask_2_4 keeps them.")
-        if values.dtype != W.dtype:
-            raise CheckFailure(f"{where}: values: expected dtype {W.dtype} (W's), got {values.dtype}")
         try:
-            assert_close(values, expected_values, where="values")
+            got = student.call("compress", returns="list", W=W)
+            if len(got) != 2 or not all(isinstance(part, np.ndarray) for part in got):
+                raise CheckFailure(f"expected a pair of arrays (values, metadata), got {describe(got)}")
+            _compare_compressed(W, got, expected_values, expected_metadata)
         except CheckFailure as failure:
-            raise CheckFailure(f"{where}: {failure}. values[m, t] is the element of W at column 4 (t // 2) + "
-                               "position t, in column order; a group with fewer than 2 non-zeros stores zeros too, "
-                               "so every row has exactly K/2 values.") from None
-        if not np.array_equal(metadata, expected_metadata):
-            raise CheckFailure(f"{where}: metadata: the positions are right but the unused high nibble of the last "
-                               "byte (K / 4 odd) must be 0")
+            positions = sparsity.unpack_metadata(expected_metadata, W.shape[1])
+            blamed = (_blamed(student, "mask_2_4", {"W": W}, sparsity.mask_2_4(W), "compress")
+                      or _blamed(student, "pack_metadata", {"indices": positions}, expected_metadata, "compress"))
+            raise CheckFailure(f"{where}: {failure}" + (f" {blamed}" if blamed else "")) from None
+
+
+def _compare_compressed(W: np.ndarray, got: list, expected_values: np.ndarray, expected_metadata: np.ndarray) -> None:
+    """CheckFailure unless compress's (values, metadata) are the reference's, saying which part differs and how."""
+    values, metadata = got
+    M, K = W.shape
+    if metadata.dtype != np.uint8 or metadata.shape != expected_metadata.shape:
+        raise CheckFailure(f"metadata: expected a uint8 array of shape {expected_metadata.shape} "
+                           f"(ceil(K / 8) bytes per row), got {describe(metadata)}")
+    got_positions, positions = _positions(metadata, K), sparsity.unpack_metadata(expected_metadata, K)
+    if not np.array_equal(got_positions, positions):
+        row, t = (int(i) for i in np.argwhere(got_positions != positions)[0])
+        pair = slice(t - t % 2, t - t % 2 + 2)  # the two positions of value t's group
+        raise CheckFailure(
+            f"metadata: in {_group_text(W, row, t // 2)} "
+            + unredacted(f"expected positions {positions[row, pair].tolist()}, got "
+                         f"{got_positions[row, pair].tolist()}", "the positions differ") +
+            " (read with the layout of part 2). Store the non-zeros' positions in increasing order; a group with "
+            "fewer than 2 non-zeros completes them with its lowest zero positions, as mask_2_4 keeps them.")
+    if values.dtype != W.dtype:
+        raise CheckFailure(f"values: expected dtype {W.dtype} (W's), got {values.dtype}")
+    try:
+        assert_close(values, expected_values, where="values")
+    except CheckFailure as failure:
+        raise CheckFailure(f"{failure}. values[m, t] is the element of W at column 4 (t // 2) + "
+                           "position t, in column order; a group with fewer than 2 non-zeros stores zeros too, "
+                           "so every row has exactly K/2 values.") from None
+    if not np.array_equal(metadata, expected_metadata):
+        raise CheckFailure("metadata: the positions are right but the unused high nibble of the last "
+                           "byte (K / 4 odd) must be 0")
 
 
 @check(points=1)
@@ -229,14 +273,32 @@ def decompress(student, rng, hidden):
         values, metadata = sparsity.compress(W)
         cases.append({"values": values, "metadata": metadata, "K": W.shape[1]})
     compare_cases(student, "decompress", cases, sparsity.decompress, returns="array", hidden=hidden, dtype="reference",
-                  hint=lambda *_: "Kept element t of a row goes to column 4 (t // 2) + its position, read from the "
-                                  "metadata low bits first; every other element is 0.")
+                  hint=lambda case, *_: _unpack_blamed(student, case, "decompress") or (
+                      "Kept element t of a row goes to column 4 (t // 2) + its position, read from the metadata low "
+                      "bits first; every other element is 0."))
 
 
-def _matmul_hint(got, expected) -> str:
+def _unpack_blamed(student, case: dict, user: str) -> str:
+    K = case.get("K") or 2 * case["values"].shape[1]
+    arguments = {"metadata": case["metadata"], "K": K}
+    return _blamed(student, "unpack_metadata", arguments, sparsity.unpack_metadata(**arguments), user)
+
+
+def _matmul_hint(student, case, got, expected) -> str:
     if got.dtype != expected.dtype:
         return (f"Accumulate in {expected.dtype}: int64 for integer inputs, float32 for float16 and float32, "
                 "float64 for float64 (Tensor Cores too add products in a wider type than the inputs).")
+    if blamed := _unpack_blamed(student, case, "sparse_matmul"):
+        return blamed
+    values, B = case["values"], case["B"]
+    A = sparsity.decompress(values, case["metadata"], 2 * values.shape[1])
+    narrow = np.int32 if values.dtype.kind in "iu" else values.dtype  # an int32 or an input-format accumulator
+    A, B = A.astype(narrow), B.astype(narrow)
+    with np.errstate(over="ignore"):
+        narrow_products = [A @ B, (A[:, :, None] * B[None]).sum(axis=1)]  # two orders of addition
+    if any(np.array_equal(got, product.astype(got.dtype)) for product in narrow_products):
+        return (f"That is the product accumulated in {np.dtype(narrow)} and widened afterwards: the overflow or "
+                f"rounding has happened by then. Convert the inputs to {expected.dtype} before multiplying.")
     return ("Each kept value values[m, t] multiplies row 4 (t // 2) + position of B: the position alone is only "
             "the offset within its group of 4 rows.")
 
@@ -250,13 +312,16 @@ def sparse_matmul(student, rng, hidden):
         B = _numbers(rng, (W.shape[1], N), W.dtype, spread=127 if W.dtype == np.int8 else 8)
         values, metadata = sparsity.compress(W)
         cases.append({"values": values, "metadata": metadata, "B": B})
+    for W, B in EDGE_PRODUCTS if hidden else ():
+        values, metadata = sparsity.compress(W)
+        cases.append({"values": values, "metadata": metadata, "B": B})
     compare_cases(student, "sparse_matmul", cases, sparsity.sparse_matmul, returns="array", hidden=hidden,
-                  dtype="reference", hint=lambda case, got, expected: _matmul_hint(got, expected))
+                  dtype="reference", hint=lambda case, got, expected: _matmul_hint(student, case, got, expected))
 
 
 @check(points=1)
 def compressed_bytes(student, rng, hidden):
-    """compressed_bytes(M, K, dtype) counts K/2 values and ceil(K/8) metadata bytes per row."""
+    """compressed_bytes(M, K, dtype) counts K/2 values and ceil(K/8) metadata bytes per row, as an integer."""
     cases = [{"M": 4096, "K": 4096, "dtype": "fp16"}, {"M": 3, "K": 12, "dtype": "int8"}]
     if hidden:
         dtypes = ["fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
@@ -265,7 +330,11 @@ def compressed_bytes(student, rng, hidden):
                   for dtype in dtypes]
     for i, case in enumerate(cases, 1):
         expected = sparsity.compressed_bytes(**case)
-        got = student.call("compressed_bytes", returns="number", **case)
+        try:
+            got = student.call("compressed_bytes", returns="integer", **case)
+        except CheckFailure as failure:
+            raise CheckFailure(f"{_label(hidden, i, len(cases))}: {_call_text('compressed_bytes', case)}: {failure}") \
+                from None
         try:
             assert_close(got, expected)
         except CheckFailure as failure:

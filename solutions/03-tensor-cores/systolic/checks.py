@@ -12,7 +12,8 @@ reference's on the same input: integers exactly, floats within their dtype's tol
 The skew check reads the student's feed for every cycle of a stream's life and a few beyond;
 when it is wrong, a grader-side run with that feed says what it does to the product. The
 schedule check runs the student's tiles here, with the reference's steps, and measures the
-product and the cycles; the cycles check compares the closed formula with the reference's.
+product and the cycles; the cycles check compares the count with the reference's closed form, and times it on
+products that grow to 2^32 tiles: a loop over every tile is stopped at the first size it takes over 0.1 s for.
 
 Hidden cases cover a 1 x 1 array, K = 1, tiles smaller than the array (idle PEs), rectangular
 arrays and products (M, N and K all different), products many times the array (ragged last
@@ -30,7 +31,7 @@ import aisys.systolic.array as array_model
 import aisys.systolic.dataflows as reference  # the answer key: kept out of the grading kernel
 from aisys.systolic.array import NAMES, STEP_NAMES, run, run_schedule, tile_ranges
 
-from aisys_grader.checks import check
+from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure, assert_close, describe, redacting, unredacted
 
 
@@ -242,6 +243,17 @@ CYCLES_HIDDEN = [
     (1, 8192, 8192, 128, 128, "ws"), (1, 8192, 8192, 128, 128, "os"),  # decoding one token on a TPU-sized array
     (65536, 65536, 65536, 128, 128, "os"), (65536, 65536, 65536, 128, 128, "ws"),  # big
 ]
+# Both dataflows on a 1 x 1 array, from 2^12 tiles to 2^32, 4 times as many each step: the closed form answers at
+# once, a loop over every tile passes the budget at about 2^20 tiles and could never reach the last.
+CYCLES_GROWING = [case for size in (2**e for e in range(6, 17))
+                  for case in ((size, size, 3, 1, 1, "os"), (3, size, size, 1, 1, "ws"))]
+CYCLES_BUDGET = 0.1  # seconds a call may take at any size (a bridge call costs about 4 ms)
+CYCLES_SLOW = ("A loop over every tile cannot finish at the sizes these cases grow to (2^32 tiles of a 1 x 1 array): "
+               "sum the tiles in closed form, using that along each dimension their sizes add up to M, N and K.")
+
+
+def _tiles(M: int, N: int, K: int, rows: int, cols: int, dataflow: str) -> int:
+    return -(-N // cols) * (-(-M // rows) if dataflow == "os" else -(-K // rows))
 
 
 def _random_cycles_case(rng, dataflow: str) -> tuple:
@@ -249,47 +261,42 @@ def _random_cycles_case(rng, dataflow: str) -> tuple:
     return M, N, K, int(rng.choice([1, 3, 8, 128, 256])), int(rng.choice([1, 4, 8, 128])), dataflow
 
 
-def _cycles_hint(case: tuple, got) -> str:
+def _cycles_hint(case: dict, got, expected) -> str:
     """What a wrong count most likely left out, from the counts that typical mistakes give (in closed form:
     the hidden cases have up to 10^8 tiles)."""
-    M, N, K, rows, cols, dataflow = case
-    expected = reference.cycles(*case)
+    M, N, K, rows, cols, dataflow = case.values()
     tiles_n = -(-N // cols)
     tiles_other = -(-M // rows) if dataflow == "os" else -(-K // rows)  # along M (OS) or K (WS)
     tiles = tiles_other * tiles_n
-    off_by_one = "when the first multiply-add is in cycle 0 and the last in cycle c, the run takes c + 1 cycles"
-    mistakes = {expected + tiles: f"one cycle too many per tile: {off_by_one}",
-                expected - tiles: f"one cycle too few per tile: {off_by_one}"}
+    off_by_one = "When the first multiply-add is in cycle 0 and the last in cycle c, the run takes c + 1 cycles"
+    mistakes = {expected + tiles: off_by_one, expected - tiles: off_by_one}
     if dataflow == "os":
-        mistakes[tiles * K] = ("each tile takes more than K cycles: the wavefront needs m - 1 + n - 1 cycles more "
+        mistakes[tiles * K] = ("Each tile takes more than K cycles: the wavefront needs m - 1 + n - 1 cycles more "
                                "to fill the tile and drain from it")
-        mistakes[tiles * (K + rows + cols - 2)] = ("a ragged tile of m x n outputs finishes in K + m + n - 2 cycles: "
+        mistakes[tiles * (K + rows + cols - 2)] = ("A ragged tile of m x n outputs finishes in K + m + n - 2 cycles: "
                                                    "its last output is at PE(m-1, n-1)")
-        mistakes[K + M + N - 2] = "the product is cut into tiles of the array's size, each with its own fill and drain"
+        mistakes[K + M + N - 2] = "The product is cut into tiles of the array's size, each with its own fill and drain"
     else:
-        mistakes[expected - tiles_n * K] = ("the weights must be loaded first: k cycles per tile, shifting k rows "
+        mistakes[expected - tiles_n * K] = ("The weights must be loaded first: k cycles per tile, shifting k rows "
                                             "of B down from the top")
         mistakes[2 * tiles_n * K + tiles * (M - 2) + tiles_other * N] = (
-            "partial sums leave from the bottom row of the array, rows - 1 hops below row 0, even when a ragged "
+            "Partial sums leave from the bottom row of the array, rows - 1 hops below row 0, even when a ragged "
             "tile has fewer than `rows` rows of weights")
-        mistakes[M + N + 2 * K - 2] = "the product is cut into tiles of the array's size, each loaded and drained"
+        mistakes[M + N + 2 * K - 2] = "The product is cut into tiles of the array's size, each loaded and drained"
     mistakes.pop(expected, None)
-    return f": {mistakes[got]}" if got in mistakes else ""
+    return mistakes.get(got, "")
 
 
 @check(points=2)
 def cycles(student, rng, hidden):
-    """cycles(M, N, K, rows, cols, dataflow) counts the cycles of the tiled product, tile after tile."""
-    cases = CYCLES_HIDDEN + [_random_cycles_case(rng, d) for d in ("os", "ws") for _ in range(3)] if hidden \
+    """cycles(M, N, K, rows, cols, dataflow) counts the cycles of the tiled product, tile after tile, in closed form."""
+    fixed = CYCLES_HIDDEN + [_random_cycles_case(rng, d) for d in ("os", "ws") for _ in range(3)] if hidden \
         else CYCLES_VISIBLE
-    for i, case in enumerate(cases, 1):
-        M, N, K, rows, cols, dataflow = case
-        label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {_call('cycles', case)}"
-        got = student.call("cycles", M=M, N=N, K=K, rows=rows, cols=cols, dataflow=dataflow, returns="integer")
-        expected = reference.cycles(*case)
-        if got != expected:
-            differs = unredacted(f"expected {expected}, got {got}", "differs from the reference")
-            raise CheckFailure(f"{label}: {differs}{_cycles_hint(case, got)}")
+    small = [case for case in fixed if _tiles(*case) <= 2**12]  # a loop over the tiles meets the growing cases first
+    cases = small + CYCLES_GROWING + [case for case in fixed if case not in small]
+    compare_cases(student, "cycles", [dict(zip(("M", "N", "K", "rows", "cols", "dataflow"), case)) for case in cases],
+                  reference.cycles, returns="integer", hidden=hidden, hint=_cycles_hint, budget=CYCLES_BUDGET,
+                  slow=CYCLES_SLOW, call=lambda case: _call("cycles", tuple(case.values())))
 
 
 # ---------------------------------------------------------------------------------------------- schedule
