@@ -294,3 +294,30 @@ check("empty_inputs", hidden=True)
 # The row kernels pick `BLOCK = min(4096, next_power_of_2(cols))`, so a short row wastes no
 # lanes. On 2**28 float32 elements the reference is benchmarked against `torch.sum`: the
 # target is at least 0.95 of its bandwidth.
+
+
+# %% [markdown]
+# ## 5. Graded speed (on a GPU)
+#
+# Where the grader has a GPU, two more checks time your `vector_sum` on 2**28 float32
+# elements: 1 point if it reads them at 20% or more of the GPU's copy bandwidth, 1 more at 35%
+# or more. Your passes reach that as they are; the reference of section 4 reads at nearly the
+# full bandwidth.
+# The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
+# leaves the result there while it is timed), makes fresh random inputs on the GPU for each of
+# hundreds of repetitions, with more than the L2 cache holds between one repetition's inputs and
+# its kernel, checks every repetition's result, and compares the time with a copy of as many bytes measured
+# in the same run. Without a GPU both checks are skipped and the notebook is graded without
+# their points.
+
+# %% tags=["check"]
+check("vector_sum_speed")
+### BEGIN HIDDEN TESTS
+check("vector_sum_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("vector_sum_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("vector_sum_near_copy_speed", hidden=True)
+### END HIDDEN TESTS
