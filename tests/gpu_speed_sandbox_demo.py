@@ -1,7 +1,7 @@
 """The speed checks of an exercise graded through the sandboxed engine on a GPU machine, for the record: the
 student's kernel runs in bubblewrap and the grader times it across the bridge (aisys_grader/speed.py).
 
-    python tests/gpu_speed_sandbox_demo.py 02-gpu-programming/triton_softmax   # needs bubblewrap (or AISYS_BWRAP)
+    python tests/gpu_speed_sandbox_demo.py 02-gpu-programming/triton_softmax ...   # bubblewrap (or AISYS_BWRAP)
 
 The solution notebook is graded with only its speed checks' cells (the other checks score "not graded"), and the
 cells that time things themselves left out; each measurement is printed as the grader found it.
@@ -17,8 +17,7 @@ import nbformat
 from aisys_grader import speed
 from aisys_grader.engine import Timeouts, grade_notebook
 from aisys_grader.sandbox import Sandbox
-from notebooks import source_notebook, student_notebook
-from speed_table import TIMES_ITSELF
+from speed_table import ROOT, TIMES_ITSELF
 
 
 def only_speed(notebook):
@@ -40,7 +39,8 @@ def main(exercise: str) -> int:
         return found
 
     speed.measure = measure_and_say
-    handout, solution = (nbformat.read(path(exercise), as_version=4) for path in (student_notebook, source_notebook))
+    handout, solution = (nbformat.read(ROOT / folder / f"{exercise}.ipynb", as_version=4)
+                         for folder in ("exercises", "autograder/source"))
     grade = grade_notebook(exercise, only_speed(handout), only_speed(solution), seed=20261121, sandbox=Sandbox.create(),
                            timeouts=Timeouts(cell=300, call=120, notebook=900))
     print(f"{exercise}: GPU in the sandbox: {grade.enforced.get('gpu')}; {grade.seconds:.1f} s")
@@ -53,4 +53,4 @@ def main(exercise: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(1 if any([main(exercise) for exercise in sys.argv[1:]]) else 0)

@@ -89,7 +89,7 @@ def copy_limit(nbytes: int) -> Limit:
     def make(outputs):
         import torch
 
-        source = torch.ones(nbytes // 8, dtype=torch.float32, device=DEVICE)
+        source = torch.ones(int(nbytes) // 8, dtype=torch.float32, device=DEVICE)
         target = torch.empty_like(source)
 
         def copy(*inputs, **options):

@@ -175,9 +175,9 @@ def cuda_softmax_speed(student, rng, hidden):
 
 @check(points=1)
 def cuda_softmax_near_copy_speed(student, rng, hidden):
-    """On a GPU: softmax_rows on a 16384 x 4096 fp32 matrix moves its bytes at 70% or more of the copy bandwidth."""
+    """On a GPU: softmax_rows on a 16384 x 4096 fp32 matrix moves its bytes at 60% or more of the copy bandwidth."""
     require_gpu(cupy=True, optional=True)
-    speed.require(student, SOFTMAX_SPEED, at_least=0.7)
+    speed.require(student, SOFTMAX_SPEED, at_least=0.6)
 
 
 @check(points=1)
@@ -190,7 +190,7 @@ def cuda_transpose_speed(student, rng, hidden):
 
 @check(points=1)
 def cuda_transpose_near_copy_speed(student, rng, hidden):
-    """On a GPU: transpose_tiled on an 8192 x 16384 fp32 matrix moves its bytes at 70% or more of the copy
+    """On a GPU: transpose_tiled on an 8192 x 16384 fp32 matrix moves its bytes at 55% or more of the copy
     bandwidth."""
     require_gpu(cupy=True, optional=True)
-    speed.require(student, TRANSPOSE_SPEED, at_least=0.7)
+    speed.require(student, TRANSPOSE_SPEED, at_least=0.55)

@@ -232,15 +232,16 @@ else:
 # %% [markdown]
 # ## 4. Graded speed (on a GPU)
 #
-# Where the grader has a GPU, two more checks time your `triton_bias_gelu_residual` on a
-# 16384 x 8192 bfloat16 matrix: 1 point if it moves the fused bytes (`fused_bytes`) at 40% or
-# more of the GPU's copy bandwidth, 1 more at 70% or more.
+# Where the grader has a GPU, two more checks time your `triton_bias_gelu_residual` on a 16384
+# x 8192 bfloat16 matrix: 1 point if it moves the bytes `fused_bytes` counts at 40% or more of
+# the GPU's copy bandwidth, 1 more at 70% or more.
+#
 # The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
-# leaves the result there while it is timed), makes fresh random inputs on the GPU for each of
-# hundreds of repetitions, with more than the L2 cache holds between one repetition's inputs and
-# its kernel, checks every repetition's result, and compares the time with a copy of as many bytes measured
-# in the same run. Without a GPU both checks are skipped and the notebook is graded without
-# their points.
+# leaves the result there while it is timed) and times many repetitions, each on fresh random
+# inputs made on the GPU, with more than the L2 cache holds between a repetition's inputs and
+# its kernel. Every repetition's result is checked, and its time is compared with a copy of as
+# many bytes, measured in the same run. Without a GPU both checks are skipped, and the notebook
+# is graded without their points.
 
 # %% tags=["check"]
 check("bias_gelu_residual_speed")

@@ -136,23 +136,23 @@ SPEED = speed.Workload(
                           speed.Input((SPEED_N,), "fp32", mean=1.0, std=0.5), speed.Input((SPEED_N,), "fp32")),
     reference=lambda x, weight, bias: F.layer_norm(x, (x.shape[1],), weight, bias, eps=EPS), rtol=1e-4,
     limit=speed.copy_limit(SPEED_BYTES), work=SPEED_BYTES, unit="bytes",
-    label=f"an {SPEED_M} x {SPEED_N} fp32 matrix", reps=800, floor=0.4,
-    hint="One program per row reads it from memory once: the second and third passes over a row of 32 KiB find it "
-         "in the L2 cache, so the kernel runs near the copy bandwidth.")
+    label=f"an {SPEED_M} x {SPEED_N} fp32 matrix", reps=800, floor=0.2,
+    hint="One program per row reads it from memory once (the second and third passes over a row of 32 KiB find it "
+         "in the L2 cache) and writes y once; separate torch ops read and write the whole matrix at each step.")
 
 
 @check(points=1)
 def layer_norm_speed(student, rng, hidden):
-    """On a GPU: triton_layer_norm of an 8192 x 8192 fp32 matrix moves its bytes at 40% or more of copy bandwidth.
+    """On a GPU: triton_layer_norm of an 8192 x 8192 fp32 matrix moves its bytes at 20% or more of copy bandwidth.
 
     Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against a copy of as many
     bytes in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.4)
+    speed.require(student, SPEED, at_least=0.2)
 
 
 @check(points=1)
 def layer_norm_near_copy_speed(student, rng, hidden):
-    """On a GPU: triton_layer_norm of an 8192 x 8192 fp32 matrix moves its bytes at 70% or more of copy bandwidth."""
+    """On a GPU: triton_layer_norm of an 8192 x 8192 fp32 matrix moves its bytes at 35% or more of copy bandwidth."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.7)
+    speed.require(student, SPEED, at_least=0.35)

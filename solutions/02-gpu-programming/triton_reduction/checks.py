@@ -179,23 +179,23 @@ SPEED = speed.Workload(
     "vector_sum", (speed.Input((SPEED_N,), "fp32", mean=1.0),), args=("fp32",),
     reference=lambda x, dtype: x.double().sum(), rtol=1e-5,
     limit=speed.copy_limit(SPEED_BYTES), work=SPEED_BYTES, unit="bytes",
-    label="a vector of 2**28 fp32 elements", reps=400, floor=0.2,
-    hint="Each pass is one launch over the whole vector: the first reads it once at full bandwidth, and the next "
-         "passes have only its partial results to add.")
+    label="a vector of 2**28 fp32 elements", reps=400, floor=0.06,
+    hint="Each pass is one launch over the whole vector, so the first reads it once and the next ones have only "
+         "its partial results to add; a launch per slice makes the GPU wait for the host between them.")
 
 
 @check(points=1)
 def vector_sum_speed(student, rng, hidden):
-    """On a GPU: vector_sum of 2**28 fp32 elements reads them at 20% or more of the copy bandwidth.
+    """On a GPU: vector_sum of 2**28 fp32 elements reads them at 6% or more of the copy bandwidth.
 
     Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against a copy of as many
     bytes in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.2)
+    speed.require(student, SPEED, at_least=0.06)
 
 
 @check(points=1)
 def vector_sum_near_copy_speed(student, rng, hidden):
-    """On a GPU: vector_sum of 2**28 fp32 elements reads them at 35% or more of the copy bandwidth."""
+    """On a GPU: vector_sum of 2**28 fp32 elements reads them at 12% or more of the copy bandwidth."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.35)
+    speed.require(student, SPEED, at_least=0.12)

@@ -343,7 +343,7 @@ def matmul_speed(student, rng, hidden):
 
 @check(points=1)
 def matmul_near_cublas_speed(student, rng, hidden):
-    """On a GPU: matmul of two 8192 x 8192 bf16 matrices, with the fastest of your configs, runs at 75% or more of
+    """On a GPU: matmul of two 8192 x 8192 bf16 matrices, with the fastest of your configs, runs at 60% or more of
     cuBLAS's speed."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.75)
+    speed.require(student, SPEED, at_least=0.6)

@@ -155,25 +155,25 @@ SPEED = speed.Workload(
     "flash_attention", tuple(speed.Input(SPEED_SHAPE, "fp16") for _ in range(3)), args=(True, "fp16"),
     reference=_sdpa_with_lse, rtol=2e-3, limit=speed.Limit("torch's scaled_dot_product_attention", _sdpa_limit),
     work=SPEED_FLOPS, unit="flops", label="causal fp16 attention of 4 x 16 heads, 4096 tokens, head size 64",
-    reps=400, floor=0.3,
+    reps=400, floor=0.25,
     hint="Keep q, k and v in fp16 for tl.dot (the Tensor Cores; accumulate in float32), and let a causal tile stop "
          "at its last visible key instead of masking every later block.")
 
 
 @check(points=1)
 def flash_attention_speed(student, rng, hidden):
-    """On a GPU: flash_attention, causal fp16 with 4 x 16 heads of 4096 tokens (head size 64), runs at 30% or more
+    """On a GPU: flash_attention, causal fp16 with 4 x 16 heads of 4096 tokens (head size 64), runs at 25% or more
     of the speed of torch's scaled_dot_product_attention.
 
     Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against torch's attention
     in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.3)
+    speed.require(student, SPEED, at_least=0.25)
 
 
 @check(points=1)
 def flash_attention_near_sdpa_speed(student, rng, hidden):
-    """On a GPU: flash_attention, causal fp16 with 4 x 16 heads of 4096 tokens (head size 64), runs at 60% or more
+    """On a GPU: flash_attention, causal fp16 with 4 x 16 heads of 4096 tokens (head size 64), runs at 50% or more
     of the speed of torch's scaled_dot_product_attention."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.6)
+    speed.require(student, SPEED, at_least=0.5)
