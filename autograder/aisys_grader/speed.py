@@ -1,9 +1,9 @@
 """Speed checks: a student's kernel timed on a GPU as a fraction of this GPU's limit, measured in the same run.
 
-    SOFTMAX = speed.Workload("softmax_rows", [speed.Input((8192, 8192), "fp32", std=3.0)], args=("fp32",),
-                             reference=lambda x, dtype: torch.softmax(x, dim=-1), rtol=1e-5,
-                             limit=speed.copy_limit(2 * 8192 * 8192 * 4), work=2 * 8192 * 8192 * 4, unit="bytes",
-                             label="an 8192 x 8192 fp32 matrix", reps=800, floor=0.4, hint="...")
+    SOFTMAX = speed.Workload("softmax_rows", (speed.Input((16384, 4096), "fp32", std=3.0),), args=("fp32",),
+                             reference=lambda x, dtype: torch.softmax(x, dim=1), rtol=1e-5,
+                             limit=speed.copy_limit(2 * 16384 * 4096 * 4), work=2 * 16384 * 4096 * 4, unit="bytes",
+                             label="a 16384 x 4096 fp32 matrix", reps=2400, floor=0.4, hint="...")
 
     @check(points=1)
     def softmax_rows_speed(student, rng, hidden):
@@ -27,10 +27,12 @@ measurement: the second check of a function, and its hidden run, reuse the first
 
 Why the student's process, which can patch everything in it (the loop included), cannot buy a better grade:
 
-- Time is the grader's wall clock around the whole call; the reply holds no time. The only thing subtracted
-  is the loop's own work, measured by the grader in its own process: doing less of it means skipping the
-  inputs (then the results are wrong) or the digests (then they do not match), and overlapping it with the
-  kernel hides at most its share. A forged or slowed reply only makes the student slower.
+- Time: the grader's wall clock around the whole call; the reply holds no time. (CUDA events, as aisys.bench
+  times kernels, would be recorded in the student's process, and so be the student's to forge.) The bridge's
+  round trip is in it: the reps make it a few percent. The only thing subtracted is the loop's own work,
+  measured by the grader in its own process: doing less of it means skipping the inputs (then the results are
+  wrong) or the digests (then they do not match), and overlapping it with the kernel hides at most its share.
+  A forged or slowed reply only makes the student slower.
 - Work: each repetition's inputs come from a seed sent in that very call and are made on the device, so
   nothing can be computed before the call or remembered from another; each result's digest (its dot product
   with random weights from a seed of the same call) is checked for every repetition the reply claims, so a
@@ -38,7 +40,8 @@ Why the student's process, which can patch everything in it (the loop included),
 - Count: the reply says how many repetitions ran (a budget may stop the loop). Claiming more needs their
   right digests; claiming fewer than ran raises the time per repetition.
 - Cache: each repetition's inputs are written a repetition before they are read, with far more than the L2
-  cache holds written and read in between, so the kernel reads them from memory, as in real use.
+  cache holds written and read in between (the next inputs, the last digest), so the kernel reads them from
+  memory. No separate flush (aisys.bench's): it would be a step of the loop that a student could skip.
 
 What a speed check cannot tell is whose kernel ran: a function that calls torch's own op is as fast as torch.
 That is for the correctness checks. The message of a check quotes timings, never a case's values.
@@ -116,7 +119,8 @@ class Workload:
     rtol       the error per element a right result may have against the reference
     limit      what its time is a fraction of; `work` (bytes or flops, by `unit`) for the rates messages quote
     label      the inputs as messages say them ("an 8192 x 8192 fp32 matrix")
-    reps       repetitions of the timed run; enough for 0.1 s or more of kernel time
+    reps       repetitions of the timed run: enough for 0.3 s of the solution's kernel time or more, so that the
+               bridge's round trip (10 to 20 ms in a grading kernel) costs a few percent
     floor      the lowest fraction any check of the workload asks: the timed run stops once code is far slower
     hint       one sentence for code below a threshold: the better way
     choices    student -> a list of keyword arguments to try (a GEMM's tile configs); the fastest is measured

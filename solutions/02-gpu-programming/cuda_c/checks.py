@@ -130,14 +130,14 @@ SUM_N = 2**28
 SUM_SPEED = speed.Workload(
     "sum_on_gpu", (speed.Input((SUM_N,), "fp32", mean=1.0),), arrays="cupy",
     reference=lambda x: x.double().sum().reshape(1), rtol=1e-5,
-    limit=speed.copy_limit(4 * SUM_N), work=4 * SUM_N, unit="bytes", label="2**28 fp32 elements", reps=400,
+    limit=speed.copy_limit(4 * SUM_N), work=4 * SUM_N, unit="bytes", label="2**28 fp32 elements", reps=1200,
     floor=0.4, hint="A grid-stride loop in which a warp reads 32 consecutive floats a step keeps every load coalesced.")
 SOFTMAX_ROWS, SOFTMAX_COLS = 16384, 4096
 SOFTMAX_SPEED = speed.Workload(
     "softmax_on_gpu", (speed.Input((SOFTMAX_ROWS, SOFTMAX_COLS), "fp32", std=3.0),), arrays="cupy",
     reference=lambda x: torch.softmax(x, dim=1), rtol=1e-5,
     limit=speed.copy_limit(8 * SOFTMAX_ROWS * SOFTMAX_COLS), work=8 * SOFTMAX_ROWS * SOFTMAX_COLS, unit="bytes",
-    label=f"a {SOFTMAX_ROWS} x {SOFTMAX_COLS} fp32 matrix", reps=800, floor=0.4,
+    label=f"a {SOFTMAX_ROWS} x {SOFTMAX_COLS} fp32 matrix", reps=2000, floor=0.4,
     hint="All 256 threads of a row's block share its three sweeps, a warp reading 32 consecutive floats a step; the "
          "row (16 KiB) is read from memory once and found in the cache after that.")
 TRANSPOSE_ROWS, TRANSPOSE_COLS = 8192, 16384
@@ -145,7 +145,7 @@ TRANSPOSE_SPEED = speed.Workload(
     "transpose_on_gpu", (speed.Input((TRANSPOSE_ROWS, TRANSPOSE_COLS), "fp32"),), arrays="cupy",
     reference=lambda a: a.t().contiguous(), rtol=0.0,
     limit=speed.copy_limit(8 * TRANSPOSE_ROWS * TRANSPOSE_COLS), work=8 * TRANSPOSE_ROWS * TRANSPOSE_COLS,
-    unit="bytes", label=f"an {TRANSPOSE_ROWS} x {TRANSPOSE_COLS} fp32 matrix", reps=300, floor=0.4,
+    unit="bytes", label=f"an {TRANSPOSE_ROWS} x {TRANSPOSE_COLS} fp32 matrix", reps=1000, floor=0.4,
     hint="Stage a tile in shared memory (padded to TILE + 1 columns) so that both the reads of a and the writes of "
          "the transpose are 32 consecutive floats per warp.")
 

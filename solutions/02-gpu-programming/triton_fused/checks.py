@@ -76,7 +76,7 @@ SPEED = speed.Workload(
                                   speed.Input((SPEED_M, SPEED_N), "bf16")),
     reference=lambda x, bias, residual: (F.gelu(x.float() + bias.float()) + residual.float()).to(x.dtype),
     rtol=8e-3, limit=speed.copy_limit(SPEED_BYTES), work=SPEED_BYTES, unit="bytes",
-    label=f"a {SPEED_M} x {SPEED_N} bf16 matrix", reps=600, floor=0.4,
+    label=f"a {SPEED_M} x {SPEED_N} bf16 matrix", reps=1400, floor=0.4,
     hint="Fused, the chain reads x and the residual once and writes y once; each separate op reads and writes a "
          "whole matrix again.")
 
@@ -93,6 +93,6 @@ def bias_gelu_residual_speed(student, rng, hidden):
 
 @check(points=1)
 def bias_gelu_residual_near_copy_speed(student, rng, hidden):
-    """On a GPU: triton_bias_gelu_residual of 16384 x 8192 bf16 moves its bytes at 70% or more of the copy bandwidth."""
+    """On a GPU: triton_bias_gelu_residual of 16384 x 8192 bf16 moves its bytes at 60% or more of the copy bandwidth."""
     require_gpu(optional=True)
-    speed.require(student, SPEED, at_least=0.7)
+    speed.require(student, SPEED, at_least=0.6)

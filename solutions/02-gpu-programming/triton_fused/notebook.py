@@ -234,7 +234,8 @@ else:
 #
 # Where the grader has a GPU, two more checks time your `triton_bias_gelu_residual` on a 16384
 # x 8192 bfloat16 matrix: 1 point if it moves the bytes `fused_bytes` counts at 40% or more of
-# the GPU's copy bandwidth, 1 more at 70% or more.
+# the GPU's copy bandwidth, 1 more at 60% or more. The kernel above reaches about 83% on an
+# H200; torch's chain of ops (in float32, as precise), about 10%.
 #
 # The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
 # leaves the result there while it is timed) and times many repetitions, each on fresh random

@@ -323,7 +323,7 @@ SPEED = speed.Workload(
     "matmul", (speed.Input((SPEED_SIZE, SPEED_SIZE), "bf16"), speed.Input((SPEED_SIZE, SPEED_SIZE), "bf16")),
     args=("bf16",), reference=lambda a, b, dtype, config=None: torch.matmul(a, b), rtol=8e-3,
     limit=speed.op_limit("cuBLAS (torch.matmul)", lambda a, b, dtype, config=None: torch.matmul(a, b)),
-    work=2 * SPEED_SIZE**3, unit="flops", label=f"two {SPEED_SIZE} x {SPEED_SIZE} bf16 matrices", reps=100,
+    work=2 * SPEED_SIZE**3, unit="flops", label=f"two {SPEED_SIZE} x {SPEED_SIZE} bf16 matrices", reps=160,
     floor=0.4, choices=_your_configs,
     hint="Large tiles (128 x 128 to 128 x 256, BLOCK_K 64) with 3 or 4 pipeline stages and GROUP_M ordering keep "
          "the Tensor Cores fed; small tiles load every element of A and B many more times.")
