@@ -26,6 +26,7 @@ WORKLOAD = speed.Workload(
 def on_the_cpu(monkeypatch):
     monkeypatch.setattr(speed, "DEVICE", "cpu")
     monkeypatch.setenv("AISYS_DEVICE", "cpu")
+    monkeypatch.setattr(speed, "BUDGET", 1e6)  # every repetition runs, on a loaded machine too (but see below)
 
 
 def plan(count=3, **changes):
@@ -93,6 +94,17 @@ def test_below_the_threshold_the_message_says_how_fast_against_what_and_the_bett
                         str(failure.value)), str(failure.value)
 
 
+def test_the_time_budget_stops_code_far_slower_than_the_floor(monkeypatch):
+    monkeypatch.setattr(speed, "BUDGET", 4.0)
+
+    def very_slow(x):
+        time.sleep(0.05)  # the CPU's copy of 64 KiB takes microseconds: the budget is milliseconds
+        return softmax(x)
+
+    found = speed.measure(InProcessStudent({"soft": very_slow}), WORKLOAD)
+    assert found.reps < found.planned == WORKLOAD.reps and found.seconds >= 0.04
+
+
 # Forged replies: the student's process runs the loop, so it can replace it -------------------------------------------
 
 honest = reps.run  # the loop as the grader wrote it, whatever a test puts in its place
@@ -120,8 +132,6 @@ def test_made_up_digests_or_repetitions_fail(monkeypatch, forge, message):
 
 
 def test_owning_up_to_fewer_repetitions_than_ran_only_makes_it_slower(monkeypatch):
-    monkeypatch.setattr(speed, "BUDGET", 1e6)  # every repetition runs, on a loaded machine too
-
     def slow(x):
         time.sleep(0.002)
         return softmax(x)
