@@ -98,4 +98,6 @@ def test_known_wrong_answer_fails_exactly_its_checks(exercise, name):
         assert failed == expected - skipped, (f"{exercise}:{name}, seed {seed}: failed {sorted(failed)}, "
                                               f"expected {sorted(expected - skipped)} (skipped: {sorted(skipped)})")
         seen += results.values()
+        if expected <= skipped:  # nothing it must fail can run here: one seed shows that it passes the rest
+            break
     skip_if_skipped(exercise, seen)

@@ -253,3 +253,69 @@ def test_require_gpu_counts_gpus_for_collectives(monkeypatch, count, skipped):
             require_gpu(gpus=2)
     else:
         require_gpu(gpus=2)
+
+
+# Optional checks (speed checks): without a GPU the notebook is graded without them -----------------------------------
+
+OPTIONAL = "99-grader/optional_on_gpu"
+
+
+def test_require_gpu_says_whether_the_skip_is_optional(no_gpu):
+    for optional in (False, True):
+        with pytest.raises(CheckSkipped) as skipped:
+            require_gpu(optional=optional)
+        assert skipped.value.optional is optional
+    result = run(checks_for(OPTIONAL)["doubles_on_gpu"], InProcessStudent({"double": lambda x: 2 * x}), hidden=False)
+    assert result.skipped and result.optional and result.record()["optional"]
+    with pytest.raises(ValueError, match="only a skipped check result is optional"):
+        Result(result.check, False, False, "", optional=True)
+
+
+def _grade_optional():
+    source = source_notebook(OPTIONAL)
+    return grade_notebook(OPTIONAL, source, source, seed=1, sandbox=Sandbox.create(allow_unsandboxed=True),
+                          timeouts=TIMEOUTS)
+
+
+def test_an_optional_check_skipped_leaves_the_notebook_graded_without_its_points(no_gpu):
+    graded = _grade_optional()
+    assert graded.skipped == [] and graded.left_out == ["doubles_on_gpu"]
+    assert (graded.score, graded.max_score) == (1, 1)
+    assert graded.notes[-1] == ("not graded on this machine: doubles_on_gpu (skipped: needs a GPU (AISYS_DEVICE=cpu)); "
+                                "their 2 points are left out of the score and its maximum")
+    [output] = _outputs(graded.notebook, "doubles_on_gpu")
+    assert output.output_type == "stream" and output.text == (
+        "skipped: needs a GPU (AISYS_DEVICE=cpu): doubles_on_gpu not graded; its points are left out of this grade\n")
+
+
+def test_an_optional_check_counts_where_there_is_a_gpu(pretend_gpu):
+    graded = _grade_optional()
+    assert graded.left_out == [] and (graded.score, graded.max_score) == (3, 3)
+
+
+@pytest.mark.slow
+def test_a_class_run_without_a_gpu_records_the_rest_and_no_score_for_an_optional_check(tmp_path, monkeypatch):
+    course = tmp_path / "course"
+    (course / "source" / "99-grader").mkdir(parents=True)
+    nbformat.write(source_notebook(OPTIONAL), course / "source" / "99-grader" / "optional_on_gpu.ipynb")
+    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    nbformat.write(source_notebook(OPTIONAL), submissions / "ada.ipynb")
+
+    def grade_class(force=False):
+        return grade(submissions, course, "99-grader", workers=1, force=force, allow_unsandboxed=True,
+                     timeouts=TIMEOUTS, progress=False)[0]
+
+    def scores():
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+            return {name: gradebook.find_grade(name, "optional_on_gpu", "99-grader", "ada").auto_score
+                    for name in checks_for(OPTIONAL)}
+
+    monkeypatch.setenv("AISYS_DEVICE", "cpu")
+    row = grade_class()
+    assert row["needs_gpu"] == [] and (row["score"], row["max_score"]) == (1, 1) and "left out" in row["notes"]
+    assert scores() == {"doubles": 1, "doubles_on_gpu": None}, "no score, neither full marks nor 0, where it never ran"
+    monkeypatch.setenv("AISYS_TEST_GPU", "1")
+    row = grade_class(force=True)
+    assert (row["score"], row["max_score"]) == (3, 3) and scores() == {"doubles": 1, "doubles_on_gpu": 2}

@@ -2,11 +2,13 @@
 
 By role:
 - what a check author imports: `checks` (@check, compare_cases, compare_timed, require_gpu),
-  `compare` (assert_close, CheckFailure, redaction), `launches` (SIMT reports), `low_precision`, `plain`;
+  `compare` (assert_close, CheckFailure, redaction), `launches` (SIMT reports), `low_precision`, `plain`,
+  `speed` (a kernel timed on a GPU against the hardware's limit);
 - the notebook pipeline: `exercise` (folders and specs), `generate`, `scaffold` (aisys-grader new),
   `notebook` (checks inside a student's notebook), `wrong` (known-wrong answers);
 - the grading engine: `course` (aisys-grader grade), `intake`, `autograde`, `engine`, `kernel`, `bridge`,
-  `shim`, `student`, `cleanroom`, `grammar`, `job`, `sandbox`, `cgroups`, `records`, `export`, `inert`.
+  `shim`, `reps` (the speed checks' loop, next to the student's code), `student`, `cleanroom`, `grammar`,
+  `job`, `sandbox`, `cgroups`, `records`, `export`, `inert`.
 
 Checks are trusted code: when grading, they run in the grader's process and
 reach student code only through `Student.call`, with plain data.

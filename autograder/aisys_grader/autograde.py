@@ -10,7 +10,9 @@ feedback and export keep working, and only the grader's process ever writes.
 A notebook whose checks were skipped (GPU-only checks on a machine without a GPU) gets
 no grade: its run is kept apart from graded results (`<notebook>.skipped.json`), nothing
 is recorded for it, and `SaveGrades` leaves its gradebook entries as they were, neither
-0 nor a stale replacement, until a run on a machine with a GPU grades it.
+0 nor a stale replacement, until a run on a machine with a GPU grades it. Optional checks
+(speed checks) skipped there are left out instead: the notebook is graded and recorded,
+and their cells get no automatic score in the gradebook (nbgrader's "needs manual grade").
 """
 
 import hashlib
@@ -152,6 +154,7 @@ class SandboxedExecute(NbGraderPreprocessor):
             sandbox = Sandbox.create(allow_unsandboxed=self.allow_unsandboxed)
             result = grade_submission(course, assignment, student, notebook, assignment_seed=assignment_seed,
                                       sandbox=sandbox)
+        resources["aisys_left_out"] = [c["name"] for c in result["checks"] if c.get("optional")]
         if result.get("skipped"):  # no grade: SaveGrades records nothing for this notebook
             resources["aisys_skipped"] = result["skipped"]
             self.log.warning("%s/%s/%s: %s; nothing recorded", student, assignment, notebook,
@@ -168,9 +171,19 @@ class SandboxedExecute(NbGraderPreprocessor):
 
 class SaveGrades(SaveAutoGrades):
     """nbgrader's SaveAutoGrades, except for a notebook whose checks were skipped (SandboxedExecute says so):
-    it has no grade, so its gradebook entries stay as they were: no 0, and a grade from an earlier run stays."""
+    it has no grade, so its gradebook entries stay as they were: no 0, and a grade from an earlier run stays;
+    and for the cells of optional checks left out, which get no automatic score."""
 
     def preprocess(self, nb, resources):
         if resources.get("aisys_skipped"):
             return nb, resources
         return super().preprocess(nb, resources)
+
+    def _add_score(self, cell, resources):
+        """An optional check left out on this machine gets no automatic score: not full marks, not 0."""
+        if cell.metadata["nbgrader"]["grade_id"] not in resources.get("aisys_left_out", ()):
+            return super()._add_score(cell, resources)
+        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
+                                          self.assignment_id, self.student_id)
+        grade.auto_score, grade.needs_manual_grade = None, True
+        self.gradebook.db.commit()

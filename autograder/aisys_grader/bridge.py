@@ -5,7 +5,8 @@ student (student.py) calls it directly; in a grading kernel the grader runs
 `call(...)`, which publishes the reply as display data for the grader to read.
 Replies are untrusted either way: the grader re-checks every value. Nothing that runs
 here reports how the code ran (launch reports, messages): that is the clean room's job
-(cleanroom.py), out of the student's reach.
+(cleanroom.py), out of the student's reach. With `harness="reps"` the function runs in
+the timing loop of reps.py, whose reply the grader checks and times itself (speed.py).
 """
 
 import sys
@@ -46,12 +47,19 @@ def _where(error: BaseException) -> str:
     return f"in {frame.name}, line {frame.lineno}" + (f": {line}" if line else "")
 
 
-def reply(namespace: dict, function: str, payload: str, returns: str) -> dict:
-    """Call namespace[function] on the plain arguments in `payload`; say what happened, as plain data."""
+def reply(namespace: dict, function: str, payload: str, returns: str, harness: str | None = None) -> dict:
+    """Call namespace[function] on the plain arguments in `payload` (with a harness: the harness, on the function
+    and those arguments); say what happened, as plain data."""
     target = namespace.get(function)
     if not callable(target):
         return {"status": "not_defined"}
     args, kwargs = plain.decode(payload)
+    if harness == "reps":
+        from . import reps
+
+        args, target = (target, *args), reps.run
+    elif harness is not None:
+        return {"status": "raised", "error": "ValueError", "message": f"no harness {harness!r}"}
     try:
         result = target(*args, **kwargs)
         _synchronize_gpus()
@@ -66,8 +74,8 @@ def reply(namespace: dict, function: str, payload: str, returns: str) -> dict:
         return {"status": "not_plain", "message": str(error)}
 
 
-def call(namespace: dict, function: str, payload: str, returns: str, nonce: str) -> None:
+def call(namespace: dict, function: str, payload: str, returns: str, nonce: str, harness: str | None = None) -> None:
     """In a grading kernel: publish the reply, tagged with the grader's nonce."""
     from IPython.display import publish_display_data
 
-    publish_display_data({MIME: {**reply(namespace, function, payload, returns), "nonce": nonce}})
+    publish_display_data({MIME: {**reply(namespace, function, payload, returns, harness), "nonce": nonce}})

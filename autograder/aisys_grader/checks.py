@@ -51,10 +51,13 @@ class Result:
     passed: bool
     message: str
     skipped: bool = False  # the check could not run here (it needs a GPU): neither passed nor failed
+    optional: bool = False  # skipped, and the notebook is graded without it: its points are left out
 
     def __post_init__(self):
         if self.passed and self.skipped:
             raise ValueError("a check result is passed or skipped, not both")
+        if self.optional and not self.skipped:
+            raise ValueError("only a skipped check result is optional")
 
     @property
     def failed(self) -> bool:
@@ -67,7 +70,7 @@ class Result:
     def record(self) -> dict:
         """The result as a grade report keeps it (plain data: the check by its name and points)."""
         return {"name": self.check.name, "points": self.check.points, "passed": self.passed, "message": self.message,
-                "skipped": self.skipped}
+                "skipped": self.skipped, "optional": self.optional}
 
 
 _REGISTRY: dict[str, dict[str, Check]] = {}
@@ -116,35 +119,37 @@ def run(check: Check, student: Student, *, hidden: bool, seed: int | None = None
     except CheckFailure as failure:
         return Result(check, hidden, False, str(failure))
     except CheckSkipped as skip:
-        return Result(check, hidden, False, f"skipped: {skip}", skipped=True)
+        return Result(check, hidden, False, f"skipped: {skip}", skipped=True, optional=skip.optional)
     return Result(check, hidden, True, "")
 
 
-def require_gpu(*, cupy: bool = False, gpus: int = 1) -> None:
+def require_gpu(*, cupy: bool = False, gpus: int = 1, optional: bool = False) -> None:
     """Skip the calling check unless aisys runs on a CUDA GPU here (with `cupy`, one CuPy can use;
     with `gpus`, at least that many: one per rank of a collective over NCCL).
 
     Call it first thing in a check: it raises CheckSkipped, which `run` turns into a result that
     neither passes nor fails, the notebook prints as skipped, and the grading engine records no
-    grade for (the notebook waits for a run on a machine with a GPU). The decision is the
-    grader's, from this process: AISYS_DEVICE=cpu skips even where a GPU exists.
+    grade for (the notebook waits for a run on a machine with a GPU). With `optional` (a speed
+    check: what it measures exists only on a GPU) the engine grades the notebook all the same,
+    this check's points left out. The decision is the grader's, from this process:
+    AISYS_DEVICE=cpu skips even where a GPU exists.
     """
     from aisys import cuda_c, device
 
     try:
         on_gpu = device.current() == "cuda"
     except RuntimeError as error:  # AISYS_DEVICE=cuda on a machine without one
-        raise CheckSkipped(f"needs a GPU ({error})") from None
+        raise CheckSkipped(f"needs a GPU ({error})", optional) from None
     if not on_gpu:
         why = f"{device.ENV}=cpu" if device.requested() == "cpu" else "no CUDA GPU found"
-        raise CheckSkipped(f"needs a GPU ({why})")
+        raise CheckSkipped(f"needs a GPU ({why})", optional)
     if cupy and (problem := cuda_c.cupy_problem()):
-        raise CheckSkipped(f"needs a GPU with CuPy ({problem})")
+        raise CheckSkipped(f"needs a GPU with CuPy ({problem})", optional)
     if gpus > 1:
         import torch
 
         if (count := torch.cuda.device_count()) < gpus:
-            raise CheckSkipped(f"needs {gpus} GPUs (found {count})")
+            raise CheckSkipped(f"needs {gpus} GPUs (found {count})", optional)
 
 
 def compare_timed(student: Student, function: str, make_case: Callable[[np.random.Generator], dict],

@@ -32,7 +32,13 @@ class CheckSkipped(Exception):
 
     Only the check itself raises it (see `checks.require_gpu`): whatever a student's function
     raises reaches the check as a CheckFailure (bridge.reply), so student code cannot skip a check.
+    `optional`: the notebook is graded without it, its points left out (a speed check), rather than
+    not at all.
     """
+
+    def __init__(self, message: str, optional: bool = False):
+        super().__init__(message)
+        self.optional = optional
 
 
 # (rtol, atol) per dtype, as torch.testing.assert_close uses by default; Python

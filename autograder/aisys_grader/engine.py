@@ -10,7 +10,9 @@ grade is decided here and written into the graded cell's outputs, which is what
 nbgrader's SaveAutoGrades reads: an error output scores 0, anything else full marks.
 A check that cannot run on this machine (a GPU-only check without a GPU) is skipped:
 its cell says so, and the notebook's grade lists it in `skipped`, which tells the
-caller to record no grade for the notebook at all (autograde.py).
+caller to record no grade for the notebook at all (autograde.py). An optional one (a
+speed check, `require_gpu(optional=True)`) is listed in `left_out` instead: the notebook
+is graded without it, its points out of both the score and the maximum.
 """
 
 import ast
@@ -66,12 +68,17 @@ class NotebookGrade:
 
     @property
     def max_score(self) -> float:
-        return sum(c.check.points for c in self.checks.values())
+        return sum(c.check.points for name, c in self.checks.items() if name not in self.left_out)
 
     @property
     def skipped(self) -> list[str]:
         """Checks that could not run on this machine: while any are, the notebook has no grade."""
-        return [name for name, c in self.checks.items() if c.skipped]
+        return [name for name, c in self.checks.items() if c.skipped and not c.optional]
+
+    @property
+    def left_out(self) -> list[str]:
+        """Optional checks that could not run on this machine: the grade is without them, their points left out."""
+        return [name for name, c in self.checks.items() if c.skipped and c.optional]
 
 
 def _meta(cell) -> dict:
@@ -169,8 +176,9 @@ def _failed(message: str) -> list:
                                    traceback=[f"CheckFailure: {message}"])]
 
 
-def _skipped(name: str, message: str) -> list:
-    return [nbformat.v4.new_output("stream", name="stdout", text=f"{message}: {name} not graded\n")]
+def _skipped(name: str, message: str, optional: bool = False) -> list:
+    left_out = "; its points are left out of this grade" if optional else ""
+    return [nbformat.v4.new_output("stream", name="stdout", text=f"{message}: {name} not graded{left_out}\n")]
 
 
 def _withheld(status: str) -> list:
@@ -186,7 +194,7 @@ def _withheld(status: str) -> list:
 def _outputs(result: Result) -> list:
     if result.passed:
         return _passed(result.check.name)
-    return _skipped(result.check.name, result.message) if result.skipped else _failed(result.message)
+    return _skipped(result.check.name, result.message, result.optional) if result.skipped else _failed(result.message)
 
 
 def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nbformat.NotebookNode | None, *,
@@ -244,7 +252,12 @@ def grade_notebook(exercise: str, handout: nbformat.NotebookNode, submission: nb
     for name, check in checks.items():  # checks never reached: the kernel did not start
         if name not in outcomes:
             outcomes[name] = _run_check(check, _Gone(notes[-1] if notes else "its cell was not run"), seed)
-    return NotebookGrade(exercise, seed, outcomes, program, notes, enforced, time.monotonic() - start)
+    grade = NotebookGrade(exercise, seed, outcomes, program, notes, enforced, time.monotonic() - start)
+    if grade.left_out:
+        points = sum(outcomes[name].check.points for name in grade.left_out)
+        notes.append(f"not graded on this machine: {', '.join(grade.left_out)} ({outcomes[grade.left_out[0]].message}"
+                     f"); their {points:g} points are left out of the score and its maximum")
+    return grade
 
 
 class _Gone(BridgeStudent):

@@ -36,7 +36,8 @@ PACKAGE = Path(__file__).resolve().parent
 OUTPUT_LIMIT = 1_000_000  # characters of output kept per cell; the rest is dropped with a note
 REPLY_LIMIT = 64 * 2**20  # bytes of one bridge reply (a 2000 x 2300 float64 array is 49 MB of base64)
 MESSAGE_LIMIT = REPLY_LIMIT + 2**20  # bytes of any one message from the kernel, enforced by ZeroMQ
-KERNEL_CODE = {"__init__.py": PACKAGE / "shim.py", "bridge.py": PACKAGE / "bridge.py", "plain.py": PACKAGE / "plain.py"}
+KERNEL_CODE = {"__init__.py": PACKAGE / "shim.py", "bridge.py": PACKAGE / "bridge.py", "plain.py": PACKAGE / "plain.py",
+               "reps.py": PACKAGE / "reps.py"}
 EXIT_GRACE = 2.0  # seconds a kernel whose connection closed has to be seen exiting, on a loaded machine too
 WALL_FACTOR = 2.0  # where the clock counts CPU seconds, a limit of s seconds is also cut at this many times s of wall
 
@@ -288,13 +289,13 @@ class KernelStudent(BridgeStudent):
     def cpu_clock(self) -> bool:
         return self.kernel.metered
 
-    def _reply(self, function: str, data: str, returns: str) -> tuple[dict | None, float]:
+    def _reply(self, function: str, data: str, returns: str, harness: str | None = None) -> tuple[dict | None, float]:
         __tracebackhide__ = True
         if not self.kernel.alive():
             raise CheckFailure(f"`{function}` could not be called: {self.kernel.death}")
         nonce = secrets.token_hex(16)
         code = (f"__import__('aisys_grader.bridge', fromlist=['call']).call("
-                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r})")
+                f"get_ipython().user_ns, {function!r}, {data!r}, {returns!r}, {nonce!r}, {harness!r})")
         done = self.kernel.execute(code, *self.budget.allowance(self.call_timeout))
         if done.status == "timeout":
             if self.budget.exhausted():

@@ -36,6 +36,10 @@ class Student(Protocol):
         """`call`, and the seconds it took as measured by the grader (inputs and result included): CPU seconds
         of every process of the student's where `cpu_clock` says so, so a busy machine changes nothing."""
 
+    def repeated_call(self, function: str, plan: dict) -> tuple[dict, float]:
+        """Run `function` in the timing loop of reps.py with `plan`, next to the student's code: its reply (a mapping,
+        untrusted) and the wall seconds the whole call took on the grader's clock (speed.py)."""
+
     def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
         """`call` in the clean room, with kernels run in the SIMT simulator: the value and one report (plain dict)
         per launch. The function and what it uses must be written in the simulator's dialect (grammar.SIMT)."""
@@ -103,8 +107,8 @@ def launches_from_reply(function: str, reply) -> list[dict]:
 
 
 class BridgeStudent:
-    """call and timed_call through `_reply` (the student's own namespace or kernel: a bridge reply and its seconds);
-    profiled_call and call_ranks through `_room` (the clean room's reply to a cleanroom.request)."""
+    """call, timed_call and repeated_call through `_reply` (the student's own namespace or kernel: a bridge reply and
+    its seconds); profiled_call and call_ranks through `_room` (the clean room's reply to a cleanroom.request)."""
 
     cpu_clock = False
 
@@ -116,6 +120,13 @@ class BridgeStudent:
         __tracebackhide__ = True
         reply, seconds = self._reply(function, payload(args, kwargs), returns)
         return value_from_reply(function, reply, returns), seconds
+
+    def repeated_call(self, function: str, plan: dict) -> tuple[dict, float]:
+        __tracebackhide__ = True
+        start = time.perf_counter()
+        reply, _ = self._reply(function, payload((plan,), {}), "mapping", "reps")
+        seconds = time.perf_counter() - start
+        return value_from_reply(function, reply, "mapping"), seconds
 
     def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
         __tracebackhide__ = True
@@ -177,9 +188,9 @@ class InProcessStudent(BridgeStudent):
         self.namespace = namespace
         self.exercise = exercise  # for the aisys modules its check module lets students import
 
-    def _reply(self, function: str, data: str, returns: str):
+    def _reply(self, function: str, data: str, returns: str, harness: str | None = None):
         start = time.process_time()
-        reply = bridge.reply(self.namespace, function, data, returns)
+        reply = bridge.reply(self.namespace, function, data, returns, harness)
         return reply, time.process_time() - start
 
     def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None) -> dict:

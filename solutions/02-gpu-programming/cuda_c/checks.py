@@ -116,3 +116,81 @@ def cuda_transpose(student, rng, hidden):
     cases = [{"a": rng.standard_normal(shape).astype(np.float32)} for shape in shapes]
     compare_cases(student, "cuda_transpose", cases, lambda a: np.ascontiguousarray(a.T), returns="array",
                   hidden=hidden, tolerance=(0, 0))  # a transpose moves bits
+
+
+# Speed, on a GPU ------------------------------------------------------------------------------------------------------
+# (imported here, beside the checks they serve; aisys_grader/speed.py says how a kernel is timed, and why it is trusted)
+import torch  # noqa: E402
+
+from aisys_grader import speed  # noqa: E402
+
+# Each kernel is launched as the notebook's section 5 does (sum_on_gpu, softmax_on_gpu, transpose_on_gpu: its
+# launches, with the result left on the GPU) and timed against a copy of as many bytes in the same run.
+SUM_N = 2**28
+SUM_SPEED = speed.Workload(
+    "sum_on_gpu", (speed.Input((SUM_N,), "fp32", mean=1.0),), arrays="cupy",
+    reference=lambda x: x.double().sum().reshape(1), rtol=1e-5,
+    limit=speed.copy_limit(4 * SUM_N), work=4 * SUM_N, unit="bytes", label="2**28 fp32 elements", reps=1200,
+    floor=0.4, hint="A grid-stride loop in which a warp reads 32 consecutive floats a step keeps every load coalesced.")
+SOFTMAX_ROWS, SOFTMAX_COLS = 16384, 4096
+SOFTMAX_SPEED = speed.Workload(
+    "softmax_on_gpu", (speed.Input((SOFTMAX_ROWS, SOFTMAX_COLS), "fp32", std=3.0),), arrays="cupy",
+    reference=lambda x: torch.softmax(x, dim=1), rtol=1e-5,
+    limit=speed.copy_limit(8 * SOFTMAX_ROWS * SOFTMAX_COLS), work=8 * SOFTMAX_ROWS * SOFTMAX_COLS, unit="bytes",
+    label=f"a {SOFTMAX_ROWS} x {SOFTMAX_COLS} fp32 matrix", reps=2000, floor=0.4,
+    hint="All 256 threads of a row's block share its three sweeps, a warp reading 32 consecutive floats a step; the "
+         "row (16 KiB) is read from memory once and found in the cache after that.")
+TRANSPOSE_ROWS, TRANSPOSE_COLS = 8192, 16384
+TRANSPOSE_SPEED = speed.Workload(
+    "transpose_on_gpu", (speed.Input((TRANSPOSE_ROWS, TRANSPOSE_COLS), "fp32"),), arrays="cupy",
+    reference=lambda a: a.t().contiguous(), rtol=0.0,
+    limit=speed.copy_limit(8 * TRANSPOSE_ROWS * TRANSPOSE_COLS), work=8 * TRANSPOSE_ROWS * TRANSPOSE_COLS,
+    unit="bytes", label=f"an {TRANSPOSE_ROWS} x {TRANSPOSE_COLS} fp32 matrix", reps=1000, floor=0.4,
+    hint="Stage a tile in shared memory (padded to TILE + 1 columns) so that both the reads of a and the writes of "
+         "the transpose are 32 consecutive floats per warp.")
+
+
+@check(points=1)
+def cuda_sum_speed(student, rng, hidden):
+    """On a GPU: block_sum, launched as cuda_sum launches it, sums 2**28 fp32 elements at 40% or more of the copy
+    bandwidth (timed by the grader: aisys_grader/speed.py)."""
+    require_gpu(cupy=True, optional=True)
+    speed.require(student, SUM_SPEED, at_least=0.4)
+
+
+@check(points=1)
+def cuda_sum_near_copy_speed(student, rng, hidden):
+    """On a GPU: block_sum sums 2**28 fp32 elements at 70% or more of the copy bandwidth."""
+    require_gpu(cupy=True, optional=True)
+    speed.require(student, SUM_SPEED, at_least=0.7)
+
+
+@check(points=1)
+def cuda_softmax_speed(student, rng, hidden):
+    """On a GPU: softmax_rows, one block per row, on a 16384 x 4096 fp32 matrix moves its bytes at 40% or more of
+    the copy bandwidth (timed by the grader: aisys_grader/speed.py)."""
+    require_gpu(cupy=True, optional=True)
+    speed.require(student, SOFTMAX_SPEED, at_least=0.4)
+
+
+@check(points=1)
+def cuda_softmax_near_copy_speed(student, rng, hidden):
+    """On a GPU: softmax_rows on a 16384 x 4096 fp32 matrix moves its bytes at 60% or more of the copy bandwidth."""
+    require_gpu(cupy=True, optional=True)
+    speed.require(student, SOFTMAX_SPEED, at_least=0.6)
+
+
+@check(points=1)
+def cuda_transpose_speed(student, rng, hidden):
+    """On a GPU: transpose_tiled on an 8192 x 16384 fp32 matrix moves its bytes at 40% or more of the copy bandwidth
+    (timed by the grader: aisys_grader/speed.py)."""
+    require_gpu(cupy=True, optional=True)
+    speed.require(student, TRANSPOSE_SPEED, at_least=0.4)
+
+
+@check(points=1)
+def cuda_transpose_near_copy_speed(student, rng, hidden):
+    """On a GPU: transpose_tiled on an 8192 x 16384 fp32 matrix moves its bytes at 55% or more of the copy
+    bandwidth."""
+    require_gpu(cupy=True, optional=True)
+    speed.require(student, TRANSPOSE_SPEED, at_least=0.55)

@@ -397,3 +397,84 @@ else:
         measure()
     except NotImplementedError as error:
         print(f"nothing measured: {error}")
+
+
+# %% [markdown]
+# ## 5. Graded speed (on a GPU)
+#
+# Where the grader has a GPU, six more checks time your three kernels, launched by the
+# functions below (provided) as your functions launch them, but on data already on the GPU and
+# leaving the result there. For each kernel, 1 point if it moves its bytes at 40% or more of the
+# GPU's copy bandwidth, and 1 more at 70% (the sum of 2**28 float32 elements), 60% (the softmax
+# of a 16384 x 4096 matrix) or 55% (the transpose of an 8192 x 16384 one). The kernels above
+# reach about 98%, 84% and 78% on an H200; a thread summing its own contiguous slice, about 24%,
+# and a transpose without the tile, about 13%.
+#
+# The grader times many repetitions, each on fresh random inputs made on the GPU, with more
+# than the L2 cache holds between a repetition's inputs and its kernel. Every repetition's
+# result is checked, and its time is compared with a copy of as many bytes, measured in the
+# same run. Without a GPU the checks are skipped.
+
+# %%
+def sum_on_gpu(x):
+    """block_sum launched as cuda_sum launches it, on a CuPy vector on the GPU: the total, a 1-element CuPy array."""
+    n = x.size
+    blocks = min(MAX_BLOCKS, -(-n // BLOCK))
+    partial, total = cupy.empty(blocks, cupy.float32), cupy.empty(1, cupy.float32)
+    kernel = compile_kernel(SUM_SOURCE, "block_sum")
+    kernel((blocks,), (BLOCK,), (x, partial, np.int64(n)))
+    kernel((1,), (BLOCK,), (partial, total, np.int64(blocks)))
+    return total
+
+
+def softmax_on_gpu(x):
+    """softmax_rows on a 2-D CuPy float32 array on the GPU, one block of BLOCK threads per row: a CuPy array."""
+    y = cupy.empty_like(x)
+    compile_kernel(SOFTMAX_SOURCE, "softmax_rows")((x.shape[0],), (BLOCK,), (x, y, np.int32(x.shape[1])))
+    return y
+
+
+def transpose_on_gpu(a):
+    """transpose_tiled on a 2-D CuPy float32 array on the GPU: its transpose, a CuPy array."""
+    rows, cols = a.shape
+    out = cupy.empty((cols, rows), cupy.float32)
+    kernel = compile_kernel(TRANSPOSE_SOURCE, "transpose_tiled")
+    kernel((-(-cols // TILE), -(-rows // TILE)), (TILE, BLOCK_ROWS), (a, out, np.int32(rows), np.int32(cols)))
+    return out
+
+
+# %% tags=["check"]
+check("cuda_sum_speed")
+### BEGIN HIDDEN TESTS
+check("cuda_sum_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("cuda_sum_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("cuda_sum_near_copy_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("cuda_softmax_speed")
+### BEGIN HIDDEN TESTS
+check("cuda_softmax_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("cuda_softmax_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("cuda_softmax_near_copy_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("cuda_transpose_speed")
+### BEGIN HIDDEN TESTS
+check("cuda_transpose_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("cuda_transpose_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("cuda_transpose_near_copy_speed", hidden=True)
+### END HIDDEN TESTS

@@ -62,3 +62,37 @@ def traffic(student, rng, hidden):
     for function in ("fused_bytes", "unfused_bytes"):
         compare_cases(student, function, cases, getattr(reference, function), returns="number", hidden=hidden,
                       tolerance=(0, 0))
+
+
+# Speed, on a GPU ------------------------------------------------------------------------------------------------------
+# (imported here, beside the checks they serve; aisys_grader/speed.py says how a kernel is timed, and why it is trusted)
+from aisys_grader import speed  # noqa: E402
+from aisys_grader.checks import require_gpu  # noqa: E402
+
+SPEED_M, SPEED_N = 16384, 8192
+SPEED_BYTES = reference.fused_bytes(SPEED_M, SPEED_N, "bf16")  # x and residual read, y written, bias
+SPEED = speed.Workload(
+    "triton_bias_gelu_residual", (speed.Input((SPEED_M, SPEED_N), "bf16"), speed.Input((SPEED_N,), "bf16"),
+                                  speed.Input((SPEED_M, SPEED_N), "bf16")),
+    reference=lambda x, bias, residual: (F.gelu(x.float() + bias.float()) + residual.float()).to(x.dtype),
+    rtol=8e-3, limit=speed.copy_limit(SPEED_BYTES), work=SPEED_BYTES, unit="bytes",
+    label=f"a {SPEED_M} x {SPEED_N} bf16 matrix", reps=1400, floor=0.4,
+    hint="Fused, the chain reads x and the residual once and writes y once; each separate op reads and writes a "
+         "whole matrix again.")
+
+
+@check(points=1)
+def bias_gelu_residual_speed(student, rng, hidden):
+    """On a GPU: triton_bias_gelu_residual of 16384 x 8192 bf16 moves its bytes at 40% or more of the copy bandwidth.
+
+    Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against a copy of as many
+    bytes in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.4)
+
+
+@check(points=1)
+def bias_gelu_residual_near_copy_speed(student, rng, hidden):
+    """On a GPU: triton_bias_gelu_residual of 16384 x 8192 bf16 moves its bytes at 60% or more of the copy bandwidth."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.6)

@@ -227,3 +227,31 @@ if DEVICE == "cuda":
     print(bench.table(bench.measure([fused, unfused], sizes=[(8192, 4096), (16384, 8192)])))
 else:
     print("no GPU here: the kernels ran in Triton's interpreter, which says nothing about speed")
+
+
+# %% [markdown]
+# ## 4. Graded speed (on a GPU)
+#
+# Where the grader has a GPU, two more checks time your `triton_bias_gelu_residual` on a 16384
+# x 8192 bfloat16 matrix: 1 point if it moves the bytes `fused_bytes` counts at 40% or more of
+# the GPU's copy bandwidth, 1 more at 60% or more. The kernel above reaches about 83% on an
+# H200; torch's chain of ops (in float32, as precise), about 10%.
+#
+# The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
+# leaves the result there while it is timed) and times many repetitions, each on fresh random
+# inputs made on the GPU, with more than the L2 cache holds between a repetition's inputs and
+# its kernel. Every repetition's result is checked, and its time is compared with a copy of as
+# many bytes, measured in the same run. Without a GPU both checks are skipped, and the notebook
+# is graded without their points.
+
+# %% tags=["check"]
+check("bias_gelu_residual_speed")
+### BEGIN HIDDEN TESTS
+check("bias_gelu_residual_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("bias_gelu_residual_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("bias_gelu_residual_near_copy_speed", hidden=True)
+### END HIDDEN TESTS

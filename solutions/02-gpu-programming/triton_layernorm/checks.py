@@ -122,3 +122,37 @@ def rms_norm(student, rng, hidden):
                       "block": block})
     compare_cases(student, "rms_norm", cases, _true_rms_norm, returns="array", hidden=hidden,
                   tolerance=_dtype_tolerance)
+
+
+# Speed, on a GPU ------------------------------------------------------------------------------------------------------
+# (imported here, beside the checks they serve; aisys_grader/speed.py says how a kernel is timed, and why it is trusted)
+from aisys_grader import speed  # noqa: E402
+from aisys_grader.checks import require_gpu  # noqa: E402
+
+SPEED_M, SPEED_N = 8192, 8192
+SPEED_BYTES = 4 * (2 * SPEED_M * SPEED_N + 2 * SPEED_N)  # x read once, y written once, weight and bias
+SPEED = speed.Workload(
+    "triton_layer_norm", (speed.Input((SPEED_M, SPEED_N), "fp32", mean=0.5, std=2.0),
+                          speed.Input((SPEED_N,), "fp32", mean=1.0, std=0.5), speed.Input((SPEED_N,), "fp32")),
+    reference=lambda x, weight, bias: F.layer_norm(x, (x.shape[1],), weight, bias, eps=EPS), rtol=1e-4,
+    limit=speed.copy_limit(SPEED_BYTES), work=SPEED_BYTES, unit="bytes",
+    label=f"an {SPEED_M} x {SPEED_N} fp32 matrix", reps=1200, floor=0.2,
+    hint="One program per row reads it from memory once (the second and third passes over a row of 32 KiB find it "
+         "in the L2 cache) and writes y once; separate torch ops read and write the whole matrix at each step.")
+
+
+@check(points=1)
+def layer_norm_speed(student, rng, hidden):
+    """On a GPU: triton_layer_norm of an 8192 x 8192 fp32 matrix moves its bytes at 20% or more of copy bandwidth.
+
+    Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against a copy of as many
+    bytes in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.2)
+
+
+@check(points=1)
+def layer_norm_near_copy_speed(student, rng, hidden):
+    """On a GPU: triton_layer_norm of an 8192 x 8192 fp32 matrix moves its bytes at 35% or more of copy bandwidth."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.35)

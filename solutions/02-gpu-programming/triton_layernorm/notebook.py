@@ -285,3 +285,32 @@ if DEVICE == "cuda":
     print(bench.table(bench.measure([yours], sizes=[(4096, 4096), (4096, 8192)])))
 else:
     print("no GPU here: the kernels ran in Triton's interpreter, which says nothing about speed")
+
+
+# %% [markdown]
+# ## 5. Graded speed (on a GPU)
+#
+# Where the grader has a GPU, two more checks time your `triton_layer_norm` (its default
+# `block`) on an 8192 x 8192 float32 matrix: 1 point if it moves its bytes (x read once, y
+# written once) at 20% or more of the GPU's copy bandwidth, 1 more at 35% or more. The kernel
+# of part 2 reaches about 48% on an H200; the same statistics computed with torch ops, about
+# 10%.
+#
+# The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
+# leaves the result there while it is timed) and times many repetitions, each on fresh random
+# inputs made on the GPU, with more than the L2 cache holds between a repetition's inputs and
+# its kernel. Every repetition's result is checked, and its time is compared with a copy of as
+# many bytes, measured in the same run. Without a GPU both checks are skipped, and the notebook
+# is graded without their points.
+
+# %% tags=["check"]
+check("layer_norm_speed")
+### BEGIN HIDDEN TESTS
+check("layer_norm_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("layer_norm_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("layer_norm_near_copy_speed", hidden=True)
+### END HIDDEN TESTS

@@ -166,3 +166,36 @@ def empty_inputs(student, rng, hidden):
             if got.shape != (0,):
                 raise CheckFailure(f"{function} of a {dtype} matrix of shape (0, 4) returned an array of shape "
                                    f"{got.shape}; a matrix without rows has no row results: shape (0,)")
+
+
+# Speed, on a GPU ------------------------------------------------------------------------------------------------------
+# (imported here, beside the checks they serve; aisys_grader/speed.py says how a kernel is timed, and why it is trusted)
+from aisys_grader import speed  # noqa: E402
+from aisys_grader.checks import require_gpu  # noqa: E402
+
+SPEED_N = 2**28
+SPEED_BYTES = 4 * SPEED_N  # each element read once
+SPEED = speed.Workload(
+    "vector_sum", (speed.Input((SPEED_N,), "fp32", mean=1.0),), args=("fp32",),
+    reference=lambda x, dtype: x.double().sum(), rtol=1e-5,
+    limit=speed.copy_limit(SPEED_BYTES), work=SPEED_BYTES, unit="bytes",
+    label="a vector of 2**28 fp32 elements", reps=400, floor=0.06,
+    hint="Each pass is one launch over the whole vector, so the first reads it once and the next ones have only "
+         "its partial results to add; a launch per slice makes the GPU wait for the host between them.")
+
+
+@check(points=1)
+def vector_sum_speed(student, rng, hidden):
+    """On a GPU: vector_sum of 2**28 fp32 elements reads them at 6% or more of the copy bandwidth.
+
+    Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against a copy of as many
+    bytes in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.06)
+
+
+@check(points=1)
+def vector_sum_near_copy_speed(student, rng, hidden):
+    """On a GPU: vector_sum of 2**28 fp32 elements reads them at 12% or more of the copy bandwidth."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.12)

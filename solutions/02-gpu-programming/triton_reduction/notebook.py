@@ -294,3 +294,31 @@ check("empty_inputs", hidden=True)
 # The row kernels pick `BLOCK = min(4096, next_power_of_2(cols))`, so a short row wastes no
 # lanes. On 2**28 float32 elements the reference is benchmarked against `torch.sum`: the
 # target is at least 0.95 of its bandwidth.
+
+
+# %% [markdown]
+# ## 5. Graded speed (on a GPU)
+#
+# Where the grader has a GPU, two more checks time your `vector_sum` on 2**28 float32 elements:
+# 1 point if it reads them at 6% or more of the GPU's copy bandwidth, 1 more at 12% or more.
+# The passes of part 1, one block of 128 per program, reach about 19% on an H200; a launch per
+# slice of the vector, about 2%.
+#
+# The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
+# leaves the result there while it is timed) and times many repetitions, each on fresh random
+# inputs made on the GPU, with more than the L2 cache holds between a repetition's inputs and
+# its kernel. Every repetition's result is checked, and its time is compared with a copy of as
+# many bytes, measured in the same run. Without a GPU both checks are skipped, and the notebook
+# is graded without their points.
+
+# %% tags=["check"]
+check("vector_sum_speed")
+### BEGIN HIDDEN TESTS
+check("vector_sum_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("vector_sum_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("vector_sum_near_copy_speed", hidden=True)
+### END HIDDEN TESTS

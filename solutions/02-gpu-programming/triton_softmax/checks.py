@@ -139,3 +139,36 @@ def softmax_online(student, rng, hidden):
 def softmax_online_stable(student, rng, hidden):
     """softmax_online stays right at +-1e4, with -inf entries and with a leading run of -inf longer than a block."""
     _matches_torch(student, "softmax_online", _cases(rng, hidden, STABLE_KINDS, online=True), hidden)
+
+
+# Speed, on a GPU ------------------------------------------------------------------------------------------------------
+# (imported here, beside the checks they serve; aisys_grader/speed.py says how a kernel is timed, and why it is trusted)
+from aisys_grader import speed  # noqa: E402
+from aisys_grader.checks import require_gpu  # noqa: E402
+
+SPEED_ROWS, SPEED_COLS = 16384, 4096
+SPEED_BYTES = 2 * SPEED_ROWS * SPEED_COLS * 4  # each element read once and written once
+SPEED = speed.Workload(
+    "softmax_rows", (speed.Input((SPEED_ROWS, SPEED_COLS), "fp32", std=3.0),), args=("fp32",),
+    reference=lambda x, dtype: torch.softmax(x, dim=1), rtol=1e-5,
+    limit=speed.copy_limit(SPEED_BYTES), work=SPEED_BYTES, unit="bytes",
+    label=f"a {SPEED_ROWS} x {SPEED_COLS} fp32 matrix", reps=2400, floor=0.4,
+    hint="A fused softmax is bound by memory: one program per row, the row in registers, reads and writes each "
+         "element once, and runs near the copy bandwidth.")
+
+
+@check(points=1)
+def softmax_rows_speed(student, rng, hidden):
+    """On a GPU: softmax_rows of a 16384 x 4096 fp32 matrix moves its bytes at 40% or more of the copy bandwidth.
+
+    Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against a copy of as many
+    bytes in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.4)
+
+
+@check(points=1)
+def softmax_rows_near_copy_speed(student, rng, hidden):
+    """On a GPU: softmax_rows of a 16384 x 4096 fp32 matrix moves its bytes at 70% or more of the copy bandwidth."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.7)

@@ -238,3 +238,32 @@ check("softmax_online_stable", hidden=True)
 # kernel, in blocks of 4096, for rows longer than 16384. The online kernel reads each row
 # twice, so it costs about 3/2 of the fused one where both apply; FlashAttention uses the same
 # rescaling to avoid writing the attention matrix at all (chapter 7).
+
+
+# %% [markdown]
+# ## 4. Graded speed (on a GPU)
+#
+# Where the grader has a GPU, two more checks time your `softmax_rows` on a 16384 x 4096
+# float32 matrix: 1 point if it moves its bytes (each element read once and written once) at
+# 40% or more of the GPU's copy bandwidth, 1 more at 70% or more. The fused kernel above
+# reaches about 95% on an H200; separate torch ops, which read and write the matrix again for
+# each step, about 20%.
+#
+# The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
+# leaves the result there while it is timed) and times many repetitions, each on fresh random
+# inputs made on the GPU, with more than the L2 cache holds between a repetition's inputs and
+# its kernel. Every repetition's result is checked, and its time is compared with a copy of as
+# many bytes, measured in the same run. Without a GPU both checks are skipped, and the notebook
+# is graded without their points.
+
+# %% tags=["check"]
+check("softmax_rows_speed")
+### BEGIN HIDDEN TESTS
+check("softmax_rows_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("softmax_rows_near_copy_speed")
+### BEGIN HIDDEN TESTS
+check("softmax_rows_near_copy_speed", hidden=True)
+### END HIDDEN TESTS

@@ -300,3 +300,50 @@ def matmul_every_config(student, rng, hidden):
             dtype = str(rng.choice(DTYPES))
         cases.append(_case(rng, *shape, dtype, config))
     _products(student, cases, hidden)
+
+
+# Speed, on a GPU ------------------------------------------------------------------------------------------------------
+# (imported here, beside the checks they serve; aisys_grader/speed.py says how a kernel is timed, and why it is trusted)
+from aisys_grader import speed  # noqa: E402
+from aisys_grader.checks import require_gpu  # noqa: E402
+
+SPEED_SIZE = 8192
+SPEED_CONFIGS = 8  # of config_dicts(), the first ones are tried
+
+
+def _your_configs(student) -> list[dict]:
+    """matmul's keyword arguments to try: each of your configs (timed briefly; the fastest is measured)."""
+    configs = student.call("config_dicts", returns="list")
+    if not configs or not all(isinstance(c, dict) for c in configs):
+        raise CheckFailure("config_dicts() must return a non-empty list of dicts (the configs matmul takes)")
+    return [{"config": c} for c in configs[:SPEED_CONFIGS]]
+
+
+SPEED = speed.Workload(
+    "matmul", (speed.Input((SPEED_SIZE, SPEED_SIZE), "bf16"), speed.Input((SPEED_SIZE, SPEED_SIZE), "bf16")),
+    args=("bf16",), reference=lambda a, b, dtype, config=None: torch.matmul(a, b), rtol=8e-3,
+    limit=speed.op_limit("cuBLAS (torch.matmul)", lambda a, b, dtype, config=None: torch.matmul(a, b)),
+    work=2 * SPEED_SIZE**3, unit="flops", label=f"two {SPEED_SIZE} x {SPEED_SIZE} bf16 matrices", reps=160,
+    floor=0.4, choices=_your_configs,
+    hint="Large tiles (128 x 128 to 128 x 256, BLOCK_K 64) with 3 or 4 pipeline stages and GROUP_M ordering keep "
+         "the Tensor Cores fed; small tiles load every element of A and B many more times.")
+
+
+@check(points=1)
+def matmul_speed(student, rng, hidden):
+    """On a GPU: matmul of two 8192 x 8192 bf16 matrices, with the fastest of your configs, runs at 40% or more of
+    cuBLAS's speed.
+
+    Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against torch.matmul
+    (cuBLAS) in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without
+    it."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.4)
+
+
+@check(points=1)
+def matmul_near_cublas_speed(student, rng, hidden):
+    """On a GPU: matmul of two 8192 x 8192 bf16 matrices, with the fastest of your configs, runs at 60% or more of
+    cuBLAS's speed."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.6)

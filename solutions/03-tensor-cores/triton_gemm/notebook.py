@@ -366,3 +366,32 @@ if DEVICE == "cuda":
         print(f"{name}: {ms:.3f} ms, {2 * size**3 / ms / 1e9:.0f} TFLOP/s")
 else:
     print("no GPU here: on one, this cell autotunes matmul_kernel over gpu_configs() and times it against cuBLAS")
+
+
+# %% [markdown]
+# ## 4. Graded speed (on a GPU)
+#
+# Where the grader has a GPU, two more checks time your `matmul` on two 8192 x 8192 bfloat16
+# matrices, with each of your `config_dicts()` briefly and the fastest at length: 1 point if it
+# runs at 40% or more of cuBLAS's speed (`torch.matmul`), 1 more at 60% or more. The configs
+# above reach about 82% on an H200; 32 x 32 and 32 x 64 tiles, about 24%. Every config you list
+# must compile and run on the GPU.
+#
+# The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
+# leaves the result there while it is timed) and times many repetitions, each on fresh random
+# inputs made on the GPU, with more than the L2 cache holds between a repetition's inputs and
+# its kernel. Every repetition's result is checked, and its time is compared with
+# `torch.matmul` on the same inputs, measured in the same run. Without a GPU both checks are
+# skipped, and the notebook is graded without their points.
+
+# %% tags=["check"]
+check("matmul_speed")
+### BEGIN HIDDEN TESTS
+check("matmul_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("matmul_near_cublas_speed")
+### BEGIN HIDDEN TESTS
+check("matmul_near_cublas_speed", hidden=True)
+### END HIDDEN TESTS

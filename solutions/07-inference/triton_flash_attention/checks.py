@@ -121,3 +121,59 @@ def flash_forward_gpu(student, rng, hidden):
                 (1, 2, 129, 129, 64, False, "bf16"), (1, 4, 513, 513, 128, True, "fp16"),
                 (1, 2, 64, 700, 128, False, "bf16")]
     _attends(student, [_case(rng, *p) for p in plan], hidden)
+
+
+# Speed, on a GPU ------------------------------------------------------------------------------------------------------
+# (imported here, beside the checks they serve; aisys_grader/speed.py says how a kernel is timed, and why it is trusted)
+from aisys_grader import speed  # noqa: E402
+
+SPEED_SHAPE = (4, 16, 4096, 64)  # batch, heads, tokens, head size
+SPEED_FLOPS = 2 * 2 * math.prod(SPEED_SHAPE[:2]) * SPEED_SHAPE[2] ** 2 * SPEED_SHAPE[3] // 2  # causal: half of QK^T, PV
+
+
+def _sdpa_with_lse(q, k, v, causal, dtype):
+    """[out, lse] on the GPU: torch's attention, and the log-sum-exp of the scores a few heads at a time."""
+    batch, heads, tokens, size = q.shape
+    scores_of = (q.reshape(batch * heads, tokens, size), k.reshape(batch * heads, tokens, size))
+    lse = torch.empty(batch * heads, tokens, dtype=torch.float32, device=q.device)
+    masked = torch.ones(tokens, tokens, dtype=torch.bool, device=q.device).triu(1)
+    for start in range(0, batch * heads, 8):
+        scores = scores_of[0][start:start + 8].float() @ scores_of[1][start:start + 8].float().transpose(1, 2)
+        lse[start:start + 8] = torch.logsumexp(scores.masked_fill_(masked, float("-inf")) / math.sqrt(size), -1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return [out, lse.reshape(batch, heads, tokens)]
+
+
+def _sdpa_limit(outputs):
+    def attention(q, k, v, causal, dtype):
+        return [torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), outputs[1]]
+
+    return attention
+
+
+SPEED = speed.Workload(
+    "flash_attention", tuple(speed.Input(SPEED_SHAPE, "fp16") for _ in range(3)), args=(True, "fp16"),
+    reference=_sdpa_with_lse, rtol=2e-3, limit=speed.Limit("torch's scaled_dot_product_attention", _sdpa_limit),
+    work=SPEED_FLOPS, unit="flops", label="causal fp16 attention of 4 x 16 heads, 4096 tokens, head size 64",
+    reps=640, floor=0.25,
+    hint="Keep q, k and v in fp16 for tl.dot (the Tensor Cores; accumulate in float32), and let a causal tile stop "
+         "at its last visible key instead of masking every later block.")
+
+
+@check(points=1)
+def flash_attention_speed(student, rng, hidden):
+    """On a GPU: flash_attention, causal fp16 with 4 x 16 heads of 4096 tokens (head size 64), runs at 25% or more
+    of the speed of torch's scaled_dot_product_attention.
+
+    Timed by the grader on fresh inputs each repetition, the L2 cache cleared in between, against torch's attention
+    in the same run (aisys_grader/speed.py). Without a GPU it is skipped and the notebook graded without it."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.25)
+
+
+@check(points=1)
+def flash_attention_near_sdpa_speed(student, rng, hidden):
+    """On a GPU: flash_attention, causal fp16 with 4 x 16 heads of 4096 tokens (head size 64), runs at 50% or more
+    of the speed of torch's scaled_dot_product_attention."""
+    require_gpu(optional=True)
+    speed.require(student, SPEED, at_least=0.5)

@@ -213,3 +213,31 @@ check("flash_forward_gpu")
 ### BEGIN HIDDEN TESTS
 check("flash_forward_gpu", hidden=True)
 ### END HIDDEN TESTS
+
+
+# %% [markdown]
+# ## Graded speed (on a GPU)
+#
+# Two more checks time your kernel, through `flash_attention`, on causal float16 attention of 4
+# x 16 heads of 4096 tokens with head size 64: 1 point if it runs at 25% or more of the speed
+# of torch's `scaled_dot_product_attention` (FlashAttention, in cuDNN or CUDA), 1 more at 50%
+# or more. The kernel above reaches about 70% on an H200; with float32 `tl.dot`s, under 1%.
+#
+# The grader passes the data already on the GPU (`to_device` uses it as it is, and `to_numpy`
+# leaves the result there while it is timed) and times many repetitions, each on fresh random
+# inputs made on the GPU, with more than the L2 cache holds between a repetition's inputs and
+# its kernel. Every repetition's result is checked, and its time is compared with torch's
+# attention on the same inputs, measured in the same run. Without a GPU both checks are
+# skipped, and the notebook is graded without their points.
+
+# %% tags=["check"]
+check("flash_attention_speed")
+### BEGIN HIDDEN TESTS
+check("flash_attention_speed", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("flash_attention_near_sdpa_speed")
+### BEGIN HIDDEN TESTS
+check("flash_attention_near_sdpa_speed", hidden=True)
+### END HIDDEN TESTS
