@@ -98,11 +98,11 @@ def test_the_time_budget_stops_code_far_slower_than_the_floor(monkeypatch):
     monkeypatch.setattr(speed, "BUDGET", 4.0)
 
     def very_slow(x):
-        time.sleep(0.05)  # the CPU's copy of 64 KiB takes microseconds: the budget is milliseconds
-        return softmax(x)
+        time.sleep(0.25)  # the CPU's copy of 64 KiB takes microseconds: the budget is milliseconds (tens on a busy
+        return softmax(x)  # machine, where the grader's no-op takes longer)
 
     found = speed.measure(InProcessStudent({"soft": very_slow}), WORKLOAD)
-    assert found.reps < found.planned == WORKLOAD.reps and found.seconds >= 0.04
+    assert found.reps < found.planned == WORKLOAD.reps and found.seconds >= 0.2
 
 
 # Forged replies: the student's process runs the loop, so it can replace it -------------------------------------------
