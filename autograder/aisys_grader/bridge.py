@@ -28,6 +28,17 @@ def _synchronize_gpus():
             pass  # CuPy without a usable GPU: nothing was queued
 
 
+def raised_in(error: BaseException, namespace: dict) -> str | None:
+    """The qualified name of the innermost function of the notebook (its globals are `namespace`) that `error` went
+    through: where a provided driver called a function the student has not written yet."""
+    where, frame = None, error.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_globals is namespace and frame.tb_frame.f_code.co_name != "<module>":
+            where = frame.tb_frame.f_code.co_qualname
+        frame = frame.tb_next
+    return where
+
+
 def reply(namespace: dict, function: str, payload: str, returns: str) -> dict:
     """Call namespace[function] on the plain arguments in `payload`; say what happened, as plain data."""
     target = namespace.get(function)
@@ -37,8 +48,8 @@ def reply(namespace: dict, function: str, payload: str, returns: str) -> dict:
     try:
         result = target(*args, **kwargs)
         _synchronize_gpus()
-    except NotImplementedError:
-        return {"status": "not_implemented"}
+    except NotImplementedError as error:
+        return {"status": "not_implemented", "where": raised_in(error, namespace)}
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: a graded call never ends the kernel
         return {"status": "raised", "error": type(error).__name__, "message": str(error)[:2000]}
     try:
