@@ -35,6 +35,17 @@ LARGE_TOLERANCE = {np.float32: (2e-3, 2e-3), np.float64: (1e-8, 1e-8)}  # scores
 LARGE = 1000.0  # q is scaled by this: scores of about +-1000, past exp's range (88.7 in float32, 709.8 in float64)
 
 
+def _in_dtype_of(tolerance):
+    """compare_cases' compare: each array of the result in the reference's dtype (float32 stays float32), then the
+    values within tolerance(case)."""
+    def compare(got, expected, case):
+        if isinstance(got, list) and len(got) == len(expected):
+            for i, (g, e) in enumerate(zip(got, expected)):
+                assert_format(g, e.dtype.name, where=f"result[{i}]")
+        assert_close(got, expected, rtol=tolerance(case)[0], atol=tolerance(case)[1])
+    return compare
+
+
 # --- tile_state -----------------------------------------------------------------------------------------------------
 
 def _scores(rng, rows, cols, dtype, magnitude=3.0, masked=0.0, empty_rows=()):
@@ -45,7 +56,17 @@ def _scores(rng, rows, cols, dtype, magnitude=3.0, masked=0.0, empty_rows=()):
     return s.astype(dtype)
 
 
+DTYPE_HINT = "Keep the inputs' dtype: float32 in, float32 out (np.zeros(n) and friends make float64 unless told)."
+
+
+def _other_dtype(got, expected) -> bool:
+    return isinstance(got, list) and len(got) == len(expected) and any(
+        isinstance(g, np.ndarray) and g.dtype != e.dtype for g, e in zip(got, expected))
+
+
 def _state_hint(case, got, expected):
+    if _other_dtype(got, expected):
+        return DTYPE_HINT
     if isinstance(got, list) and len(got) == 3 and any(isinstance(g, np.ndarray) and np.isnan(g).any() for g in got):
         return ("NaN: a row of only -inf has max -inf, and scores - m is -inf - (-inf) = NaN. Subtract 0 there "
                 "instead (np.where(np.isneginf(m), 0.0, m)): its state is then (-inf, 0, 0).")
@@ -69,7 +90,7 @@ def tile_state(student, rng, hidden):
               "v": rng.standard_normal((cols, hs)).astype(dtype)}
              for rows, cols, hs, dtype, magnitude, masked, empty in plan]
     compare_cases(student, "tile_state", cases, reference.tile_state, returns="any", hidden=hidden,
-                  tolerance=lambda c: TOLERANCE[c["v"].dtype.type], hint=_state_hint)
+                  compare=_in_dtype_of(lambda c: TOLERANCE[c["v"].dtype.type]), hint=_state_hint)
 
 
 # --- combine --------------------------------------------------------------------------------------------------------
@@ -92,6 +113,8 @@ def _combine_case(rng, rows, hs, dtype, magnitude=3.0, empty1=None, empty2=None)
 
 
 def _combine_hint(case, got, expected):
+    if _other_dtype(got, expected):
+        return DTYPE_HINT
     if isinstance(got, list) and len(got) == 3 and any(isinstance(g, np.ndarray) and np.isnan(g).any() for g in got):
         return ("NaN: where both states are empty (m1 = m2 = -inf) the new max is -inf and exp(m1 - m) is "
                 "exp(-inf - (-inf)) = NaN. Use 0 in place of a max of -inf: the result stays (-inf, 0, 0).")
@@ -117,7 +140,7 @@ def combine(student, rng, hidden):
         equal["m2"] = equal["m1"].copy()  # equal maxima: both factors 1
         cases.append(equal)
     compare_cases(student, "combine", cases, reference.combine, returns="any", hidden=hidden,
-                  tolerance=lambda c: TOLERANCE[c["m1"].dtype.type], hint=_combine_hint)
+                  compare=_in_dtype_of(lambda c: TOLERANCE[c["m1"].dtype.type]), hint=_combine_hint)
 
 
 # --- tile_pairs -----------------------------------------------------------------------------------------------------
@@ -175,8 +198,9 @@ def _flash_hint(case, got, expected):
     if not (isinstance(got, list) and len(got) == 2 and all(isinstance(g, np.ndarray) for g in got)):
         return "Return (out, lse): out (Tq, hs) in q's dtype and lse (Tq,)."
     out, lse = got
-    if out.dtype != case["q"].dtype:
-        return "Compute in np.promote_types(q.dtype, np.float32) and return out in q's dtype (out.astype(q.dtype))."
+    if _other_dtype(got, expected):
+        return ("Compute in np.promote_types(q.dtype, np.float32), lse in that dtype too, and return out in q's dtype "
+                "(out.astype(q.dtype)).")
     scores_large = np.abs(case["q"]).max() > 100
     if out.shape == expected[0].shape and not np.isfinite(out).all():
         scores = case["q"].astype(np.float64) @ case["k"].T / math.sqrt(case["q"].shape[1])
@@ -207,13 +231,8 @@ def _flash_hint(case, got, expected):
 def _flash(student, cases, hidden, large=False):
     table = LARGE_TOLERANCE if large else TOLERANCE
 
-    def compare(got, expected, case):  # out in q's dtype, as the spec says; then the values
-        if isinstance(got, list) and len(got) == 2:
-            assert_format(got[0], case["q"].dtype.name, where="out")
-        assert_close(got, expected, rtol=table[case["q"].dtype.type][0], atol=table[case["q"].dtype.type][1])
-
     compare_cases(student, "flash_attention", cases, _flash_expected, returns="any", hidden=hidden,
-                  compare=compare, hint=_flash_hint)
+                  compare=_in_dtype_of(lambda c: table[c["q"].dtype.type]), hint=_flash_hint)
 
 
 def _random_blocks(rng, t):
