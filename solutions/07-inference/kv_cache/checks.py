@@ -6,6 +6,12 @@ and grouped-query attention) and, hidden, on random ones with every cache dtype,
 attention (one kv head), zero tokens, and budgets that hold an exact number of sequences, one
 byte less, or not even the weights.
 
+The cache is graded through the provided `run_cache(config, dtype, appends)`: after each append, the
+keys and values returned (all the layer holds, in the model's dtype), the length (the least over the
+layers), and whether they are views of the memory the layer's first append returned (a cache grown by
+np.concatenate is not). The decoder checks name a wrong KVCache first, max_sequences a wrong
+kv_cache_bytes: the functions build on them.
+
 The decoder is graded through the notebook's provided driver `run_decoder(tokens, prompt_len,
 seed, dtype)`: it builds the tiny model with that seed in the student's kernel, runs the student's
 `prefill` on the prompt and `decode_step` on each later token (the given tokens, so no sampling

@@ -3,7 +3,8 @@
 The student's class is driven through the notebook's provided `run_operations(ops, num_blocks,
 block_size)`, which returns, after each operation, what it raised, the copies it returned and
 the manager's whole state as plain data. Here, on the grader's side, each operation's outcome is
-compared with the reference manager's on the same operations: the same error or none, the same
+compared with the reference manager's on the same operations: the same error or none (an
+OutOfBlocks with the same needed and free, a ValueError whose message names the argument), the same
 state up to the numbering of blocks (which sequences hold how many blocks, which they share, how
 many are free), the invariants (`aisys.inference.paged.check_invariants`), a failed call leaving
 the state as it was, and the contents: every token gets a distinct tag written into a pool
