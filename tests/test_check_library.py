@@ -73,6 +73,15 @@ def test_student_errors_become_failures_that_say_what_happened():
         InProcessStudent({}).call("g")
 
 
+def test_a_provided_driver_s_unwritten_callee_is_named():
+    """A driver the notebook provides is not what the student must write: the message names the method it called."""
+    scope = {}
+    exec("class Cache:\n    def put(self, x):\n        raise NotImplementedError\n\n\n"
+         "def driver(ops):\n    cache = Cache()\n    return [cache.put(x) for x in ops]\n", scope)
+    with pytest.raises(CheckFailure, match=r"`driver` calls `Cache.put`, which is not implemented yet"):
+        InProcessStudent(scope).call("driver", [1])
+
+
 def test_student_cannot_mutate_the_checks_inputs():
     data = np.zeros(4)
 

@@ -232,6 +232,37 @@ def test_the_clean_room_s_builtins_are_the_dialect_s_only():
                                                           '[[], {}]', "any"))["status"]
 
 
+TILED = """
+import numpy as np
+
+
+def tile(x, start, size):
+    return x[start:start + size] * 2.0
+
+
+def whole(x):
+    return x * 2.0
+
+
+def tiled(x, size):
+    out = np.empty_like(x)
+    for start in range(0, len(x), size):
+        out[start:start + size] = tile(x, start, size)
+    return out
+"""
+
+
+def test_the_traced_dialect_reports_the_peak_memory_of_a_call_and_the_calls_of_each_function():
+    scope = {"In": ["", TILED]}
+    exec(TILED, scope)
+    x = np.ones(2**17)  # 1 MiB
+    value, trace = InProcessStudent(scope).traced_call("tiled", x, 2**10, returns="array")
+    assert value.tolist() == [2.0] * 2**17 and trace["calls"] == {"tiled": 1, "tile": 2**7}
+    assert 2**20 <= trace["peak_bytes"] < 2**20 + 2**16  # the output, and one tile at a time
+    assert InProcessStudent(scope).traced_call("whole", x)[1]["peak_bytes"] >= 2**20
+    assert "`numpy` in the grader's tracer" in room(["", "import os\n"], "os", dialect="traced")["message"]
+
+
 def test_the_self_check_runs_the_cells_in_ipython_s_history():
     scope = {"In": ["", KERNEL]}
     exec(KERNEL, scope)

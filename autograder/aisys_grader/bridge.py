@@ -9,10 +9,8 @@ here reports how the code ran (launch reports, messages): that is the clean room
 the timing loop of reps.py, whose reply the grader checks and times itself (speed.py).
 """
 
+import linecache
 import sys
-import sysconfig
-import traceback
-from pathlib import Path
 
 from . import plain
 
@@ -32,19 +30,33 @@ def _synchronize_gpus():
             pass  # CuPy without a usable GPU: nothing was queued
 
 
-# Frames in these folders are libraries' (Python's, numpy's, triton's, aisys's), never the student's code.
-_LIBRARIES = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-                   | {str(Path(__file__).parents[1]), str(Path(plain.__file__).parents[2] / "src")})
+def _innermost_in_notebook(error: BaseException, namespace: dict):
+    """The innermost traceback entry of `error` in a function of the notebook (its globals are `namespace`), or
+    None: the student's own code, past any library or provided driver it went through."""
+    found, entry = None, error.__traceback__
+    while entry is not None:
+        if entry.tb_frame.f_globals is namespace and entry.tb_frame.f_code.co_name != "<module>":
+            found = entry
+        entry = entry.tb_next
+    return found
 
 
-def _where(error: BaseException) -> str:
-    """The student's line that raised (the innermost frame outside libraries): 'in f, line 3: x = y[9]', or ''.
-    Only unredacted messages show it: the reply is the student's to forge, so it could carry hidden data."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__)[1:] if not f.filename.startswith(_LIBRARIES)]
-    if not frames:
+def raised_in(error: BaseException, namespace: dict) -> str | None:
+    """The qualified name of the innermost notebook function `error` went through: where a provided driver called a
+    function the student has not written yet."""
+    entry = _innermost_in_notebook(error, namespace)
+    return entry.tb_frame.f_code.co_qualname if entry else None
+
+
+def raised_where(error: BaseException, namespace: dict) -> str:
+    """The notebook's line that raised: 'in f, line 3: x = y[9]', or ''. Only unredacted messages show it: the reply
+    is the student's to forge, so it could carry hidden data."""
+    entry = _innermost_in_notebook(error, namespace)
+    if entry is None:
         return ""
-    frame, line = frames[-1], (frames[-1].line or "").strip()
-    return f"in {frame.name}, line {frame.lineno}" + (f": {line}" if line else "")
+    code = entry.tb_frame.f_code
+    line = linecache.getline(code.co_filename, entry.tb_lineno).strip()
+    return f"in {code.co_qualname}, line {entry.tb_lineno}" + (f": {line}" if line else "")
 
 
 def reply(namespace: dict, function: str, payload: str, returns: str, harness: str | None = None) -> dict:
@@ -63,11 +75,11 @@ def reply(namespace: dict, function: str, payload: str, returns: str, harness: s
     try:
         result = target(*args, **kwargs)
         _synchronize_gpus()
-    except NotImplementedError:
-        return {"status": "not_implemented"}
+    except NotImplementedError as error:
+        return {"status": "not_implemented", "where": raised_in(error, namespace)}
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: a graded call never ends the kernel
         return {"status": "raised", "error": type(error).__name__, "message": str(error)[:2000],
-                "where": _where(error)}
+                "where": raised_where(error, namespace)}
     try:
         return {"status": "ok", "value": plain.encode(plain.require(result, returns, f"the result of `{function}`"))}
     except plain.NotPlain as error:

@@ -16,6 +16,9 @@ dialect's, and calls the function:
   messages with `aisys.collectives.traffic.record` around the call; the reply carries what each
   rank did. Under NCCL the recorder sees each message as posted to the process group (its
   peer, dtype and size), not the bytes on the wire.
+- "traced": numpy code under `tracemalloc`, each function the cells define counted as it is
+  called; the reply carries the value and the call's trace: its peak of memory allocated
+  (bytes, above what was held when it began) and how many times each function ran.
 
 Only code that passed the grammar runs there, and the grammar admits no way to reach the
 simulator's counters or the recorder (no attribute outside the dialect, no name starting with
@@ -46,6 +49,8 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
+import types
 from pathlib import Path
 
 from . import grammar, plain
@@ -156,10 +161,12 @@ def reply(request: dict) -> dict:
                                                     + "; ".join(unreadable)}
         return {"status": "not_defined"}
     args, kwargs = plain.decode(request["payload"])
-    launches = None
+    launches = trace = None
     try:
         if dialect == "ranks":
             result = _on_ranks(target, args[0], request["ranks"], why)
+        elif dialect == "traced":
+            result, trace = _traced(function, namespace, args, kwargs)
         else:
             from aisys import simt
 
@@ -179,7 +186,37 @@ def reply(request: dict) -> dict:
         return {"status": "not_plain", "message": str(error)}
     if launches is not None:
         answer["launches"] = plain.encode([report.to_plain() for report in launches])
+    if trace is not None:
+        answer["trace"] = plain.encode(trace)
     return answer
+
+
+def _traced(function: str, namespace: dict, args: list, kwargs: dict) -> tuple:
+    """Call namespace[function] under tracemalloc, counting the calls of every function the cells defined: the
+    value, and {"peak_bytes": the call's peak above what was held when it began, "calls": {name: count}}."""
+    calls: dict[str, int] = {}
+
+    def counted(name, defined):
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return defined(*args, **kwargs)
+        return wrapper
+
+    for name, value in list(namespace.items()):  # the definitions find each other here, among their globals
+        if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+            namespace[name] = counted(name, value)
+    tracing = tracemalloc.is_tracing()  # a self-check may run where something traces already: leave it on
+    if not tracing:
+        tracemalloc.start()
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    try:
+        result = namespace[function](*args, **kwargs)
+        peak = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    return result, {"peak_bytes": max(peak, 0), "calls": calls}
 
 
 def _on_ranks(target, cases: list, ranks: dict, why: dict[str, str]) -> list:
@@ -347,6 +384,8 @@ def _preload(dialect: str) -> None:
         import torch  # noqa: F401
 
         from aisys.collectives import launch, traffic  # noqa: F401
+    elif dialect == "traced":
+        import numpy  # noqa: F401
     else:
         from aisys import simt  # noqa: F401
 

@@ -48,7 +48,8 @@ NUMPY = (  # numpy.<name> usable as values: dtypes, constants, array functions; 
     "floor_divide add subtract multiply divide power dot matmul einsum mean var std sign isfinite isnan isinf "
     "allclose isclose array_equal all any count_nonzero argmax argmin argsort sort lexsort searchsorted bincount "
     "unique histogram left_shift right_shift bitwise_and bitwise_or bitwise_xor logical_and logical_or "
-    "logical_not random.default_rng"
+    "logical_not random.default_rng isneginf isposinf promote_types result_type logaddexp tril triu outer "
+    "broadcast_to nan_to_num exp2 expm1 log1p"
 ).split()
 
 CUDA = (  # aisys.simt.cuda: numba's kernel-side intrinsics and host API, as the simulator implements them
@@ -138,7 +139,14 @@ RANKS = Dialect(
     attributes=frozenset(COMMON + TENSOR_VALUES),
     decorators=frozenset({"functools.cache", "functools.lru_cache"}))
 
-DIALECTS = {d.name: d for d in (SIMT, RANKS)}
+TRACED = Dialect(  # numpy code whose memory and calls a check measures (cleanroom: the "traced" dialect)
+    "traced", "the grader's tracer",
+    modules=frozenset({"numpy", "math", "functools"}),
+    paths=frozenset([f"numpy.{n}" for n in NUMPY] + FUNCTOOLS + MATH),
+    attributes=frozenset(COMMON),
+    decorators=frozenset({"functools.cache", "functools.lru_cache"}))
+
+DIALECTS = {d.name: d for d in (SIMT, RANKS, TRACED)}
 
 
 @dataclass(frozen=True)

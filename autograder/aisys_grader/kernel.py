@@ -269,9 +269,10 @@ class Budget:
 
 
 class KernelStudent(BridgeStudent):
-    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data. profiled_call and
-    call_ranks run in the notebook's sandboxed clean room instead (`room`, a cleanroom.SandboxedRoom), on the source
-    of the cells the engine has run in the kernel so far, which it appends to `sources`.
+    """The Student interface over a SandboxedKernel: each call crosses the bridge as plain data. profiled_call,
+    traced_call and call_ranks run in the notebook's sandboxed clean room instead (`room`, a
+    cleanroom.SandboxedRoom), on the source of the cells the engine has run in the kernel so far, which it appends
+    to `sources`.
 
     Each call may take `call_timeout` seconds on the job's clock, or what is left of the notebook's
     `budget` when that is less; a call cut by the notebook's limit stops the kernel."""

@@ -6,7 +6,7 @@ implements it across the process boundary into a sandboxed grading kernel. Both
 run the same `bridge.reply` next to the student's code and read its reply with
 `value_from_reply`, so a check behaves the same either way.
 
-`profiled_call` and `call_ranks` grade how code runs, which the student's own process
+`profiled_call`, `traced_call` and `call_ranks` grade how code runs, which the student's own process
 cannot be trusted to report: they run the student's definitions again, from the source
 of the cells run so far, in the clean room (cleanroom.py), which replies in the same
 format. Both students use the same clean room: in the notebook's process for a
@@ -14,6 +14,7 @@ self-check; when grading, in a sandboxed process of its own that runs each call 
 fresh process.
 """
 
+import re
 import time
 from typing import Any, Protocol
 
@@ -43,6 +44,11 @@ class Student(Protocol):
     def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
         """`call` in the clean room, with kernels run in the SIMT simulator: the value and one report (plain dict)
         per launch. The function and what it uses must be written in the simulator's dialect (grammar.SIMT)."""
+
+    def traced_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, dict]:
+        """`call` in the clean room, under tracemalloc: the value and the call's trace, {"peak_bytes": its peak of
+        memory allocated above what was held when it began, "calls": {name: times called} of each function the
+        notebook defines}. The function and what it uses must be written in numpy (grammar.TRACED)."""
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
                    timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
@@ -81,6 +87,13 @@ def value_from_reply(function: str, reply, returns: str):
     elif status == "not_defined":
         raise CheckFailure(f"`{function}` is not defined: run the cell that defines it first")
     elif status == "not_implemented":
+        where = reply.get("where")  # a name the student's process gives: hidden data could be spelled in it
+        if redacting() and where != function:
+            raise CheckFailure(f"`{function}`, or a function it calls, is not implemented yet (it raises "
+                               "NotImplementedError)")
+        if isinstance(where, str) and re.fullmatch(r"[\w.]{1,100}", where) and where != function:
+            raise CheckFailure(f"`{function}` calls `{where}`, which is not implemented yet (it raises "
+                               "NotImplementedError)")
         raise CheckFailure(f"`{function}` is not implemented yet (it raises NotImplementedError)")
     elif status == "raised" and redacting():  # what the student's code says may carry hidden data
         raise CheckFailure(f"`{function}` raised {exception_name(reply.get('error'))} (its message is not shown "
@@ -96,6 +109,19 @@ def value_from_reply(function: str, reply, returns: str):
     raise CheckFailure(f"calling `{function}` gave no readable result")
 
 
+def trace_from_reply(function: str, reply) -> dict:
+    """The trace a traced call's reply carries, re-checked: a peak in bytes and a count of calls per name."""
+    __tracebackhide__ = True
+    try:
+        trace = plain.require(plain.decode(reply["trace"]), "mapping", "a trace")
+        calls = plain.require(trace["calls"], "mapping", "the calls traced")
+        if isinstance(trace["peak_bytes"], int) and all(isinstance(n, int) for n in calls.values()):
+            return {"peak_bytes": trace["peak_bytes"], "calls": calls}
+    except (plain.NotPlain, ValueError, TypeError, KeyError):
+        pass
+    raise CheckFailure(f"calling `{function}` gave no readable trace")
+
+
 def launches_from_reply(function: str, reply) -> list[dict]:
     """The simulator's launch reports a profiled call's reply carries, re-checked as a list of mappings."""
     __tracebackhide__ = True
@@ -108,7 +134,8 @@ def launches_from_reply(function: str, reply) -> list[dict]:
 
 class BridgeStudent:
     """call, timed_call and repeated_call through `_reply` (the student's own namespace or kernel: a bridge reply and
-    its seconds); profiled_call and call_ranks through `_room` (the clean room's reply to a cleanroom.request)."""
+    its seconds); profiled_call, traced_call and call_ranks through `_room` (the clean room's reply to a
+    cleanroom.request)."""
 
     cpu_clock = False
 
@@ -132,6 +159,11 @@ class BridgeStudent:
         __tracebackhide__ = True
         reply = self._room(function, "simt", payload(args, kwargs), returns)
         return value_from_reply(function, reply, returns), launches_from_reply(function, reply)
+
+    def traced_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, dict]:
+        __tracebackhide__ = True
+        reply = self._room(function, "traced", payload(args, kwargs), returns)
+        return value_from_reply(function, reply, returns), trace_from_reply(function, reply)
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
                    timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:

@@ -32,6 +32,9 @@ VISIBLE_TRACE = [  # (id, arrival, prompt_len, output_len): the notebook's worke
 ]
 VISIBLE_PREEMPTION_TRACE = [(0, 0.0, 3, 4), (1, 0.0, 2, 3), (2, 5.0, 1, 1)]
 VISIBLE_IDLE_TRACE = [(7, 0.0, 1, 1), (3, 10.0, 1, 2)]
+# The list out of arrival order, ids out of list order, ties in arrival, one request at a time: the queue's order
+# (by arrival, ties in the order of the list) decides every time; on every seed.
+UNSORTED_TRACE = [(5, 1.0, 2, 2), (3, 0.0, 3, 1), (9, 0.0, 1, 3), (1, 1.0, 2, 1)]
 
 
 def _requests(rows) -> list[dict]:
@@ -102,7 +105,8 @@ def _hint(got: list, expected: list, policy: str) -> str:
     """What the first difference usually means."""
     if policy == "static":
         return ("In static batching a new batch starts only when every member of the last one has finished, takes "
-                "waiting requests in order while fewer than max_batch are in it and their worst case, "
+                "waiting requests in order (by arrival, ties in the order of the list, not of ids) while fewer "
+                "than max_batch are in it and their worst case, "
                 "ceil((prompt_len + output_len - 1) / block_size) blocks each, still fits.")
     got_preempted, expected_preempted = sum(r["preemptions"] for r in got), sum(r["preemptions"] for r in expected)
     admission = "admission (queue order, nobody overtakes the head, the blocks of the whole prompt)"
@@ -123,7 +127,8 @@ def _hint(got: list, expected: list, policy: str) -> str:
                 f"{admission}.")
     if any(g["first_token"] != e["first_token"] for g, e in zip(got, expected)):
         return ("A first token came out at the wrong time: a request that has arrived by the end of a step can be "
-                "admitted into the next one (no waiting for the batch to finish), in queue order, while fewer than "
+                "admitted into the next one (no waiting for the batch to finish), in queue order (by arrival, ties in "
+                "the order of the list, not of ids), while fewer than "
                 "max_batch run and its prompt's blocks are free; each token is stamped at the end of its step.")
     return ("The last tokens came out at the wrong time: each running request decodes one token per step, a step "
             "costs a + b x (all new tokens in it), and a request leaves the batch in the step of its last token.")
@@ -147,8 +152,15 @@ def _schedules(student, function: str, cases: list[dict], policy: str, hidden: b
             isinstance(g, dict) and g.keys() == expected[0].keys() for g in got)
         return _hint(got, expected, policy) if same_shape else ""
 
-    compare_cases(student, function, cases, lambda **case: _results(_schedule(policy, **case)), returns="list",
-                  hidden=hidden, tolerance=(0.0, TIME_TOLERANCE), hint=hint, call=call)
+    try:
+        compare_cases(student, function, cases, lambda **case: _results(_schedule(policy, **case)), returns="list",
+                      hidden=hidden, tolerance=(0.0, TIME_TOLERANCE), hint=hint, call=call)
+    except CheckFailure as failure:
+        if "did not return within" not in str(failure):
+            raise
+        raise CheckFailure(f"{failure}. A simulation that never ends usually waits for blocks nobody frees: a request "
+                           "frees all its blocks in the step of its last token (and when it is preempted), and the "
+                           "clock jumps to the next arrival when nothing runs.") from None
 
 
 @check(points=2)
@@ -156,7 +168,8 @@ def simulate_static(student, rng, hidden):
     """simulate_static holds each batch until its longest member finishes, its worst case in blocks reserved."""
     cases = [_case(VISIBLE_TRACE, 8, 2, 2, (1.0, 0.25)), _case(VISIBLE_IDLE_TRACE, 2, 1, 4, (1.0, 0.25))]
     if hidden:
-        cases = _roomy_cases(rng, 4) + _tight_cases(rng, 4, "static", must_preempt=False)
+        cases = [_case(UNSORTED_TRACE, 16, 2, 1, (1.0, 0.25))]
+        cases += _roomy_cases(rng, 4) + _tight_cases(rng, 4, "static", must_preempt=False)
     _schedules(student, "simulate_static", cases, "static", hidden)
 
 
@@ -165,7 +178,7 @@ def continuous_without_preemption(student, rng, hidden):
     """simulate_continuous admits waiting requests every step, into the slots that finished requests free."""
     cases = [_case(VISIBLE_TRACE, 8, 2, 2, (1.0, 0.25)), _case(VISIBLE_IDLE_TRACE, 2, 1, 4, (1.0, 0.25))]
     if hidden:
-        cases = _roomy_cases(rng, 8)
+        cases = [_case(UNSORTED_TRACE, 16, 2, 1, (1.0, 0.25))] + _roomy_cases(rng, 8)
     _schedules(student, "simulate_continuous", cases, "continuous", hidden)
 
 

@@ -35,8 +35,10 @@
 # float32 for float32 inputs and float64 for float64 (`np.promote_types(q.dtype, np.float32)`).
 #
 # Write the functions yourself: when grading, `aisys.inference.flash_attention` (the reference)
-# cannot be imported. The checks never see your memory use; the point of the exercise is that no
-# array of size $T_q \times T_k$ exists at any time, only tiles of `block_q` x `block_k`.
+# cannot be imported. The point of the exercise is that no array of size $T_q \times T_k$ exists at
+# any time, only tiles of `block_q` x `block_k`: the grader runs your `flash_attention` again, from
+# your notebook's source, measuring its memory (`tracemalloc`) and counting its calls of
+# `tile_state`. That run accepts numpy and `math` only (no other imports, no classes, no `with`).
 
 # %%
 import math
@@ -250,6 +252,23 @@ check("flash_attention_decode", hidden=True)
 check("flash_attention_large_logits")
 ### BEGIN HIDDEN TESTS
 check("flash_attention_large_logits", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# How the pass runs: at $T_q = T_k = 1024$ one float64 score matrix takes 8 MiB, while the tiles and
+# the running states of the tiled pass take well under 1 MiB; and a causal pass computes only the
+# tiles `tile_pairs` lists, one `tile_state` each.
+
+# %% tags=["check"]
+check("flash_attention_memory")
+### BEGIN HIDDEN TESTS
+check("flash_attention_memory", hidden=True)
+### END HIDDEN TESTS
+
+# %% tags=["check"]
+check("flash_attention_causal_tiles")
+### BEGIN HIDDEN TESTS
+check("flash_attention_causal_tiles", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -6,6 +6,12 @@ and grouped-query attention) and, hidden, on random ones with every cache dtype,
 attention (one kv head), zero tokens, and budgets that hold an exact number of sequences, one
 byte less, or not even the weights.
 
+The cache is graded through the provided `run_cache(config, dtype, appends)`: after each append, the
+keys and values returned (all the layer holds, in the model's dtype), the length (the least over the
+layers), and whether they are views of the memory the layer's first append returned (a cache grown by
+np.concatenate is not). The decoder checks name a wrong KVCache first, max_sequences a wrong
+kv_cache_bytes: the functions build on them.
+
 The decoder is graded through the notebook's provided driver `run_decoder(tokens, prompt_len,
 seed, dtype)`: it builds the tiny model with that seed in the student's kernel, runs the student's
 `prefill` on the prompt and `decode_step` on each later token (the given tokens, so no sampling
@@ -30,7 +36,7 @@ import aisys.inference.kv_cache as kv_cache  # the answer key: kept out of the g
 from aisys.inference import model
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure, assert_close, describe, unredacted
+from aisys_grader.compare import CheckFailure, assert_close, assert_format, describe, shown, unredacted
 
 
 DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3")
@@ -105,6 +111,20 @@ def _sequences_hint(case: dict, got, expected) -> str:
     return ""
 
 
+def _bytes_helper_problem(student, case: dict) -> str:
+    """max_sequences builds on kv_cache_bytes: what is wrong with the student's on this case's model, or ""."""
+    per_sequence = {"config": case["config"], "tokens": case["context"], "batch": 1, "dtype": case["dtype"]}
+    try:
+        got = student.call("kv_cache_bytes", returns="number", **per_sequence)
+    except CheckFailure:
+        return "Your kv_cache_bytes fails on this case's model (see its check), and max_sequences builds on it"
+    if np.isclose(got, _reference_bytes(**per_sequence), rtol=1e-9):
+        return ""
+    return ("Your kv_cache_bytes gives the wrong size of one sequence's cache on this model"
+            + unredacted(f" ({got:.6g} bytes, not {_reference_bytes(**per_sequence):.6g})")
+            + ": max_sequences builds on it, so fix kv_cache_bytes first (see its check)")
+
+
 @check(points=1)
 def max_sequences(student, rng, hidden):
     """max_sequences(...) counts the whole sequences whose caches fit next to the weights."""
@@ -132,8 +152,102 @@ def max_sequences(student, rng, hidden):
             cases.append({"config": _config(config), "memory_bytes": float(rng.choice([24e9, 40e9, 80e9, 141e9])),
                           "weights_bytes": float(rng.uniform(0, 30e9)), "context": int(10 ** rng.uniform(0, 5)),
                           "dtype": str(rng.choice(DTYPES))})
-    compare_cases(student, "max_sequences", cases, _reference_sequences, returns="integer", hidden=hidden,
-                  hint=_sequences_hint)
+    def hint(case, got, expected):  # a wrong kv_cache_bytes is named first: max_sequences builds on it
+        return _bytes_helper_problem(student, case) or _sequences_hint(case, got, expected)
+
+    compare_cases(student, "max_sequences", cases, _reference_sequences, returns="integer", hidden=hidden, hint=hint)
+
+
+# ----------------------------------------------------------------------------------------- the cache
+
+SMALL = model.ModelConfig("small", vocab_size=16, d_model=8, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=16,
+                          max_seq_len=12)  # head_dim 2
+ONE_LAYER = model.ModelConfig("one layer", vocab_size=16, d_model=8, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=16,
+                              max_seq_len=6)
+
+
+def _appends(rng, config: model.ModelConfig, dtype: str, plan: list[tuple[int, int]]) -> list:
+    """[layer, k, v] for each (layer, tokens) of the plan, distinct values drawn from rng."""
+    shape = (config.n_kv_heads, config.head_dim)
+    return [[layer, rng.standard_normal((n, *shape)).astype(dtype), rng.standard_normal((n, *shape)).astype(dtype)]
+            for layer, n in plan]
+
+
+def _cache_cases(rng, hidden: bool) -> list[tuple]:
+    """(config, dtype, appends): layers filled unevenly (length is the least), prompts and single tokens."""
+    cases = [(SMALL, "float32", _appends(rng, SMALL, "float32", [(0, 3), (1, 3), (2, 3), (0, 1), (1, 1), (2, 1),
+                                                                  (0, 2)]))]
+    if hidden:
+        cases = [(SMALL, "float64", _appends(rng, SMALL, "float64", [(0, 5), (2, 5), (1, 5), (1, 1), (0, 1), (2, 1),
+                                                                      (2, 6), (0, 6), (1, 6)])),  # to max_seq_len
+                 (ONE_LAYER, "float32", _appends(rng, ONE_LAYER, "float32", [(0, 1)] * 6))]
+    return cases
+
+
+def _cache_problem(got: list, config: model.ModelConfig, dtype: str, appends: list) -> str | None:
+    """What is wrong with run_cache's report against a reference cache on the same appends, or None."""
+    cache = kv_cache.KVCache(config, dtype)
+    if not isinstance(got, list) or len(got) != len(appends) or not all(
+            isinstance(g, dict) and set(g) == {"keys", "values", "length", "in_place"} for g in got):
+        return "run_cache must return one report per append, as the provided one does: run its cell again as it was"
+    for i, ((layer, k, v), step) in enumerate(zip(appends, got), 1):
+        keys, values = (np.array(x) for x in cache.append(layer, k, v))
+        where = f"append {i} of {len(appends)} (layer {layer}, {len(k)} new token{'s' * (len(k) != 1)})"
+        if any(isinstance(x, np.ndarray) and x.shape == k.shape and x.shape != keys.shape
+               for x in (step["keys"], step["values"])):
+            return (f"{where} returned the new tokens' keys and values only: return all that the layer holds so far, "
+                    "the new ones included (a token attends to itself and to every token before it)")
+        for name, mine, theirs in (("keys", step["keys"], keys), ("values", step["values"], values)):
+            try:
+                assert_format(mine, dtype, where=name)
+            except CheckFailure as failure:
+                return (f"{where}: {failure}: the cache holds the model's dtype; allocate it with np.zeros(shape, "
+                        "dtype)")
+            try:
+                assert_close(mine, theirs, rtol=0, atol=0, where=name)
+            except CheckFailure as failure:
+                return (f"{where}: {failure}: each layer keeps its tokens in the order appended, the new ones after "
+                        "those it holds")
+        if step["length"] != cache.length:
+            return (f"{where}: length is {shown(step['length'], '!r')}, expected {cache.length}: the tokens every "
+                    "layer holds (the least over the layers), the position the next token takes")
+        if not step["in_place"]:
+            return (f"{where} returned arrays that are not views of the memory its first append returned: the cache "
+                    "copies itself as it grows (np.concatenate), O(T^2) bytes over a generation of T tokens; allocate "
+                    "(n_layers, max_seq_len, n_kv_heads, head_dim) once, write the new tokens into it and return views "
+                    "(self.keys[layer, :end])")
+    return None
+
+
+def _run_cache(student, config: model.ModelConfig, dtype: str, appends: list) -> str | None:
+    return _cache_problem(student.call("run_cache", asdict(config), dtype, appends, returns="list"), config, dtype,
+                          appends)
+
+
+@check(points=2)
+def kv_cache_append(student, rng, hidden):
+    """KVCache.append writes into memory reserved once and returns the layer's keys and values so far; length is the
+    least a layer holds."""
+    cases = _cache_cases(rng, hidden)
+    for i, (config, dtype, appends) in enumerate(cases, 1):
+        problem = _run_cache(student, config, dtype, appends)
+        if problem:
+            label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)} ({dtype}, {config.n_layers} layers)"
+            raise CheckFailure(f"{label}: {problem}")
+
+
+def _blame_the_cache(student, failure: CheckFailure, function: str) -> CheckFailure:
+    """A decoder check's failure, naming KVCache first when it is what is wrong: the decoder builds on it."""
+    if "not implemented yet" in str(failure):
+        return failure
+    try:
+        problem = _run_cache(student, *_cache_cases(np.random.default_rng(0), False)[0])
+    except CheckFailure as error:
+        problem = str(error)
+    if problem is None:
+        return failure
+    return CheckFailure(f"Your KVCache is wrong (see the check kv_cache_append), and {function} builds on it: "
+                        f"{problem}. What {function} gave: {failure}")
 
 
 # ----------------------------------------------------------------------------------------- the decoder
@@ -189,6 +303,13 @@ DECODE_HINT = ("In a decode step the new token sits at position `cache.length` (
 @check(points=2)
 def prefill(student, rng, hidden):
     """prefill(model, cache, tokens) gives the logits of model.forward on the prompt."""
+    try:
+        _prefill(student, rng, hidden)
+    except CheckFailure as failure:
+        raise _blame_the_cache(student, failure, "prefill") from None
+
+
+def _prefill(student, rng, hidden):
     cases = _decoder_cases(rng, hidden, decode=False)
     for i, (tokens, prompt_len, seed, dtype) in enumerate(cases, 1):
         label = _label(hidden, i, len(cases), tokens, prompt_len, seed, dtype)
@@ -205,6 +326,13 @@ def prefill(student, rng, hidden):
 @check(points=3)
 def decode_step(student, rng, hidden):
     """Prefill, then decode_step token after token, gives the logits of model.forward on the whole sequence."""
+    try:
+        _decode_step(student, rng, hidden)
+    except CheckFailure as failure:
+        raise _blame_the_cache(student, failure, "decode_step") from None
+
+
+def _decode_step(student, rng, hidden):
     cases = _decoder_cases(rng, hidden, decode=True)
     for i, (tokens, prompt_len, seed, dtype) in enumerate(cases, 1):
         label = _label(hidden, i, len(cases), tokens, prompt_len, seed, dtype)

@@ -178,6 +178,33 @@ class KVCache:
 
 
 # %% [markdown]
+# The grader drives your class through `run_cache` (provided; do not change it): a fresh cache for
+# `config` (a dict of `ModelConfig`'s fields), the appends `[layer, k, v]` in turn, and after each
+# one what `append` returned, `length`, and whether the arrays returned are views of the memory the
+# first append of that layer returned (`np.shares_memory`): a cache that copies itself as it grows
+# returns new arrays every time.
+
+# %%
+def run_cache(config, dtype, appends):
+    """A KVCache for `config` (a dict of ModelConfig fields); after each [layer, k, v] appended, what append
+    returned, the cache's length, and whether the arrays are views of the layer's first ones."""
+    cache, first, report = KVCache(model.ModelConfig(**config), dtype), {}, []
+    for layer, k, v in appends:
+        keys, values = cache.append(layer, k, v)
+        first.setdefault(layer, (keys, values))
+        report.append({"keys": np.array(keys), "values": np.array(values), "length": cache.length,
+                       "in_place": bool(np.shares_memory(keys, first[layer][0])
+                                        and np.shares_memory(values, first[layer][1]))})
+    return report
+
+
+# %% tags=["check"]
+check("kv_cache_append")
+### BEGIN HIDDEN TESTS
+check("kv_cache_append", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## 4. Prefill
 #
 # `prefill(net, cache, tokens)` runs `tokens` through the model **after what the cache holds**

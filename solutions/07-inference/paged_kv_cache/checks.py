@@ -3,7 +3,8 @@
 The student's class is driven through the notebook's provided `run_operations(ops, num_blocks,
 block_size)`, which returns, after each operation, what it raised, the copies it returned and
 the manager's whole state as plain data. Here, on the grader's side, each operation's outcome is
-compared with the reference manager's on the same operations: the same error or none, the same
+compared with the reference manager's on the same operations: the same error or none (an
+OutOfBlocks with the same needed and free, a ValueError whose message names the argument), the same
 state up to the numbering of blocks (which sequences hold how many blocks, which they share, how
 many are free), the invariants (`aisys.inference.paged.check_invariants`), a failed call leaving
 the state as it was, and the contents: every token gets a distinct tag written into a pool
@@ -12,13 +13,16 @@ sequence must read its own tags back. A failing run is shrunk to a short list of
 still fails, so the message shows the student a case small enough to trace by hand.
 """
 
+import re
+
 import numpy as np
 
 from aisys.inference import paged as reference
 from aisys.inference.paged_attention import paged_attention as reference_attention
 
 from aisys_grader.checks import check
-from aisys_grader.compare import CheckFailure, assert_close, describe, exception_name, redacting, shown, unredacted
+from aisys_grader.compare import (CheckFailure, assert_close, assert_format, describe, exception_name, redacting,
+                                  shown, unredacted)
 
 
 # ---------------------------------------------------------------------------------------------- the reference run
@@ -31,7 +35,7 @@ def _run_reference(ops: list, num_blocks: int, block_size: int) -> list[dict]:
         try:
             copies = getattr(manager, name)(*args) or []
         except reference.OutOfBlocks as e:
-            error = ["OutOfBlocks", str(e)]
+            error = ["OutOfBlocks", str(e), e.needed, e.free]
         except ValueError as e:
             error = ["ValueError", str(e)]
         results.append({"error": error, "copies": [list(c) for c in copies], "state": reference.state(manager)})
@@ -102,14 +106,26 @@ def _error_problem(got, expected, op) -> str | None:
     if expected is not None and expected[0] == "OutOfBlocks":
         if got is None:
             return (f"expected OutOfBlocks{why}, but it succeeded: the pool does not have the blocks, "
-                    "so check before you take any")
+                    "so count them first and call _require(needed), which raises OutOfBlocks when too few are free")
         if got[0] != "OutOfBlocks":
             return f"expected OutOfBlocks{why}, got {got_text}"
+        if got[2:] != expected[2:]:  # OutOfBlocks(needed, free): the numbers a scheduler reads
+            fields = unredacted(f": expected needed={expected[2]}, free={expected[3]}, got needed="
+                                f"{shown(got[2:3] and got[2], '!r')}, free={shown(got[3:4] and got[3], '!r')}")
+            swapped = got[2:] == expected[:1:-1]
+            return (f"OutOfBlocks carries the wrong numbers{fields}: "
+                    + ("its arguments are swapped, the order is OutOfBlocks(needed, free)" if swapped else
+                       "needed counts every block the call would take (the copy-on-write block too), free the "
+                       "blocks on the free list; _require(needed) raises it before anything changes"))
     elif expected is not None:
         if got is None:
             return f"expected a ValueError{why}, but it succeeded"
+        argument = expected[1].split()[0]  # every message of the reference's starts with the argument's name
         if got[0] != "ValueError":
-            return f"expected a ValueError naming the argument{why}, got {got_text}"
+            return f"expected a ValueError naming the argument `{argument}`{why}, got {got_text}"
+        if not re.search(rf"\b{argument}\b", str(got[1])):
+            return (f"the ValueError's message should name the argument `{argument}`, which is wrong"
+                    + unredacted(f"; it says {got[1]!r}") + ": raise it with the provided _check_... helpers")
     return None
 
 
@@ -185,6 +201,19 @@ class _Contents:
         return None
 
 
+def _untouched_tables_changed(op: list, before: dict, after: dict) -> str | None:
+    """An operation changes the table of its own sequence (and creates a fork's child) only: another sequence's table
+    changing means the two share one list object."""
+    touched = {op[1]} | ({op[2]} if op[0] == "fork" else set())
+    old = {seq: table for seq, _, table in before["sequences"]}
+    for seq, _, table in after["sequences"]:
+        if seq not in touched and seq in old and table != old[seq]:
+            other = unredacted(f"sequence {seq}", "another sequence")
+            return (f"it changed the table of {other}, which it does not touch: the two tables are one list object; "
+                    "fork must give the child its own list (list(parent's table)), sharing the blocks, not the list")
+    return None
+
+
 def _step_problem(index: int, op: list, got: dict, expected: dict, before: dict, contents: _Contents) -> str | None:
     """What is wrong with the student's outcome of one operation, or None."""
     if not isinstance(got, dict) or set(got) != {"error", "copies", "state"}:
@@ -197,10 +226,14 @@ def _step_problem(index: int, op: list, got: dict, expected: dict, before: dict,
             return (f"it raised {got['error'][0]} but changed the state: {_tables(before)} became "
                     f"{_tables(got['state'])}; check everything (and count the blocks) before changing anything")
         return None
+    problem = _untouched_tables_changed(op, before, got["state"])
+    if problem:
+        return problem
     try:
         reference.check_invariants(got["state"])
     except reference.InvariantError as error:  # its text quotes the student's block numbers
-        return f"an invariant is broken{unredacted(f': {error}', ' (reference counts, free list and tables disagree)')}"
+        broken = unredacted(f": {error}", " (reference counts, free list and tables disagree)")
+        return f"an invariant is broken{broken}; _take must hand out the block on top of the free list with ref count 1"
     if _structure(got["state"]) != _structure(expected["state"]):
         return (f"expected (up to the numbering of blocks) {_tables(expected['state'])}; got {_tables(got['state'])}: "
                 + _structure_hint(got["state"], expected["state"]))
@@ -471,6 +504,12 @@ def _attention_hint(case: dict, got) -> str:
                 continue
             if np.allclose(got, guess, rtol=1e-4, atol=1e-4):
                 return f": {hint}"
+    n_heads, n_kv_heads = case["q"].shape[1], case["k_cache"].shape[2]
+    modulo = np.arange(n_heads) % n_kv_heads  # query head h reading kv head h % nkv: one kv head per query head
+    if np.allclose(got, reference_attention(case["q"], case["k_cache"][:, :, modulo], case["v_cache"][:, :, modulo],
+                                            tables, lens), rtol=1e-4, atol=1e-4):
+        return (": query head h reads key/value head h % nkv; the heads of a group are consecutive, so it is "
+                "h // (nh // nkv)")
     contiguous = np.tile(np.arange(tables.shape[1]), (len(lens), 1)) % case["k_cache"].shape[0]
     if np.allclose(got, reference_attention(case["q"], case["k_cache"], case["v_cache"], contiguous, lens),
                    rtol=1e-4, atol=1e-4):
@@ -490,6 +529,7 @@ def paged_attention(student, rng, hidden):
                  f"context_lens={unredacted(str(lens), describe(case['context_lens']))}, {dtype}")
         got = student.call("paged_attention", returns="array", **case)
         try:
+            assert_format(got, case["q"].dtype.name)  # in q's dtype, the spec says
             assert_close(got, expected)
         except CheckFailure as failure:
             hint = _attention_hint(case, got) if got.shape == expected.shape else ""

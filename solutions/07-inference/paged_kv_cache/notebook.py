@@ -190,7 +190,8 @@ class BlockManager:
 # %% [markdown]
 # The grader drives your class through `run_operations`: it runs a list of operations such as
 # `["allocate", 0, 5]`, `["append", 0, 1]`, `["fork", 0, 1]`, `["free", 0]` on a fresh manager
-# and reports, after each one, what it returned or raised and the whole state. It compares that
+# and reports, after each one, what it returned or raised (an `OutOfBlocks` with its `needed` and
+# `free`, a `ValueError` with its message) and the whole state. It compares that
 # with the reference manager's, **up to the numbering of blocks** (which sequences hold how many
 # blocks, which blocks they share, how many are free), and checks the invariants after every
 # operation: every block is free or held, never both; a block's ref count equals the number of
@@ -217,7 +218,7 @@ def run_operations(ops, num_blocks, block_size):
         except NotImplementedError:
             raise
         except OutOfBlocks as e:
-            error = ["OutOfBlocks", str(e)]
+            error = ["OutOfBlocks", str(e), e.needed, e.free]
         except ValueError as e:
             error = ["ValueError", str(e)]
         except Exception as e:  # a bug: reported, not hidden

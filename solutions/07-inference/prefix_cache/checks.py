@@ -17,6 +17,17 @@ from aisys_grader.compare import CheckFailure, assert_close, describe, raised, u
 BIG = 10**6  # a capacity that never fills
 
 
+def _cache_problem(student, workload: list, capacity: int) -> str:
+    """hit_rate builds on RadixCache: if the student's runs this workload's match-then-insert differently, say so."""
+    ops = [[name, prompt] for prompt in workload for name in ("match", "insert")]
+    try:
+        _compare_runs(student, ops, capacity, "")
+    except CheckFailure:
+        return (": your RadixCache does not run this workload's match and insert as the reference does (see the "
+                "checks radix_tree and lru_eviction), and hit_rate builds on it: fix it first")
+    return ""
+
+
 # ---------------------------------------------------------------------------------------------- comparing runs
 
 def _shown(op) -> str:
@@ -31,6 +42,10 @@ def _hint(op, field: str, expected: dict, got: dict) -> str:
             return ("a lookup that stops inside an edge still matches the tokens of that edge that agree (and splits "
                     "the node there): count them")
         return "the matched length is the longest prefix of the tokens that some cached sequence starts with"
+    if field == "result" and name == "evict":
+        return ("evict removes the unlocked leaf (lock == 0) with the smallest last_access, again and again; an access "
+                "stamps every node of its path, lock and unlock count on every node of theirs, and _split gives the "
+                "upper part the node's last_access and lock")
     if field == "result" and name == "insert":
         return ("insert returns the tokens it newly stored: those after the cached prefix, as many as fit after "
                 "evicting (with the path being extended protected)")
@@ -177,6 +192,12 @@ LOCK_HIDDEN = [
     ([["insert", [1, 1]], ["insert", [2, 2]], ["lock", [1, 1]], ["unlock", [1, 1]],
       ["insert", [3, 3]]], 4),  # an access
     ([["insert", [1, 2]], ["lock", [1, 2]], ["unlock", [1, 2]], ["insert", [1, 2, 3, 4]]], 3),  # insert locks its path
+    ([["insert", [1, 2, 3]], ["lock", [1, 2, 3]], ["match", [1]], ["unlock", [1, 2, 3]], ["evict", 10]],
+     100),  # a locked node split by a match: both parts locked, both unlocked
+    ([["insert", [1, 2]], ["insert", [1, 2, 3]], ["insert", [5]], ["lock", [5]], ["match", [1, 2, 3]], ["evict", 1],
+      ["unlock", [5]], ["evict", 1]], 100),  # [1, 2], a leaf again, was used by the match, after [5]
+    ([["insert", [1]], ["insert", [2]], ["insert", [3]], ["lock", [3]], ["insert", [4, 4, 4]], ["unlock", [3]]],
+     5),  # insert evicts the one token missing, not three
 ]
 
 
@@ -225,7 +246,8 @@ def hit_rate(student, rng, hidden):
         cases = [{"workload": [], "capacity": 10}, {"workload": [[], [1], []], "capacity": 10},
                  {"workload": [[3, 3, 3]] * 4, "capacity": 0}, {"workload": [[3, 3, 3]] * 4, "capacity": 2},
                  {"workload": [[1, 2, 3], [1, 2, 3, 4, 5, 6, 7, 8, 9, 9], [1, 2, 4]], "capacity": 9},
-                 {"workload": [[1, 1], [2, 2], [1, 1], [3, 3], [1, 1]], "capacity": 4}]  # a hit keeps [1, 1]
+                 {"workload": [[1, 1], [2, 2], [1, 1], [3, 3], [1, 1]], "capacity": 4},  # a hit keeps [1, 1]
+                 {"workload": [[1], [2], [3], [4], [5], [6, 6, 6], [3]], "capacity": 6}]  # evict 2 tokens, not 3
         for _ in range(3):
             workload = _workload(rng, int(rng.integers(10, 60)))
             total = sum(map(len, workload))
@@ -242,4 +264,6 @@ def hit_rate(student, rng, hidden):
             if case["workload"] and abs(got - _requests_with_a_hit(**case)) < 1e-12:
                 hint = (": that is the share of requests with a hit; count tokens: the tokens found over all prompt "
                         "tokens")
+            else:
+                hint = _cache_problem(student, case["workload"], case["capacity"])
             raise CheckFailure(f"{label}: {shown}: {failure}{hint}") from None

@@ -144,8 +144,13 @@ def acceptance_rate(student, rng, hidden):
                  {"target_probs": GREEDY[0], "draft_probs": GREEDY[1]},
                  {"target_probs": np.ones(1), "draft_probs": np.ones(1)}]  # V = 1
         cases += [dict(zip(("target_probs", "draft_probs"), _random_pair(rng))) for _ in range(8)]
+    def nan(case, got, expected):
+        return ("NaN: where p(x) = q(x) = 0, p(x)/q(x) is 0/0; sum_x min(p(x), q(x)) is the same sum without a "
+                "division") if isinstance(got, float) and np.isnan(got) else ""
+
     try:
-        compare_cases(student, "acceptance_rate", cases, reference_acceptance_rate, returns="number", hidden=hidden)
+        compare_cases(student, "acceptance_rate", cases, reference_acceptance_rate, returns="number", hidden=hidden,
+                      hint=nan)
     except CheckFailure as failure:
         raise CheckFailure(f"{failure}. alpha = sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p(x), q(x)), which is "
                            "1 - (1/2) sum_x |p(x) - q(x)|: 1 when p == q, 0 when they share no token.") from None
