@@ -36,9 +36,11 @@ class Student(Protocol):
         """`call`, and the seconds it took as measured by the grader (inputs and result included): CPU seconds
         of every process of the student's where `cpu_clock` says so, so a busy machine changes nothing."""
 
-    def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
-        """`call` in the clean room, with kernels run in the SIMT simulator: the value and one report (plain dict)
-        per launch. The function and what it uses must be written in the simulator's dialect (grammar.SIMT)."""
+    def profiled_call(self, function: str, *args, returns: str = "any", dialect: str = "simt",
+                      **kwargs) -> tuple[Any, list[dict]]:
+        """`call` in the clean room, with kernels run in the SIMT simulator (or, with dialect="triton", in Triton's
+        interpreter): the value and one report (plain dict) per launch. The function and what it uses must be
+        written in that dialect (grammar.SIMT, grammar.TRITON)."""
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
                    timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
@@ -113,9 +115,10 @@ class BridgeStudent:
         reply, seconds = self._reply(function, payload(args, kwargs), returns)
         return value_from_reply(function, reply, returns), seconds
 
-    def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
+    def profiled_call(self, function: str, *args, returns: str = "any", dialect: str = "simt",
+                      **kwargs) -> tuple[Any, list[dict]]:
         __tracebackhide__ = True
-        reply = self._room(function, "simt", payload(args, kwargs), returns)
+        reply = self._room(function, dialect, payload(args, kwargs), returns)
         return value_from_reply(function, reply, returns), launches_from_reply(function, reply)
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",

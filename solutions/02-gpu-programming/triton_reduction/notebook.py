@@ -275,6 +275,18 @@ check("empty_inputs", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# And the shape of `vector_sum`: the grader runs it again in Triton's interpreter, on 8195
+# elements, and counts its launches. The first pass must spread over many programs (one program
+# looping over the whole vector leaves every other multiprocessor idle), and no partial sum may
+# be added with `tl.atomic_add`.
+
+# %% tags=["check"]
+check("vector_sum_passes")
+### BEGIN HIDDEN TESTS
+check("vector_sum_passes", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## 4. Fast on a GPU
 #
 # Your `vector_sum` is right, but on an H100 it would leave most of the memory bandwidth
