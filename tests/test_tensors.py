@@ -73,7 +73,8 @@ def test_an_unmasked_store_in_the_interpreter_is_an_error_naming_the_line_before
     first = done.stdout.splitlines()[0]
     assert "copy_kernel (program 0, 0, 0) writes outside the tensors passed to it" in first, first
     assert "at line 15 of unmasked.py (`tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))`)" \
-        in first and "past the end of `out_ptr` (10 float32 elements)" in first, first
+        in first and "4086 of its 4096 lanes fall outside them, the first just past the end of `out_ptr` (10 float32 " \
+        "elements)" in first, first
     assert done.stdout.endswith("alive\n")
 
 
@@ -104,6 +105,6 @@ def test_a_load_past_the_end_is_an_error_and_launches_are_counted(torch_device):
          "stores": 4, "stored": 4, "dots": 0, "dot_macs": 0, "atomics": 0}]
     with pytest.raises(IndexError, match=r"unmasked_sum_kernel \(program 3, 0, 0\) reads outside the tensors passed "
                                          r"to it, in `unmasked_sum_kernel` at line \d+ of test_tensors.py "
-                                         r"\(`tl.store.*`\): 28 of the 32 lanes .* the first 1 element\(s\) past the "
-                                         r"end of `x_ptr` \(100 float32 elements\)"):
+                                         r"\(`tl.store.*`\): 28 of its 32 lanes fall outside them, the first just "
+                                         r"past the end of `x_ptr` \(100 float32 elements\)"):
         unmasked_sum_kernel[(4,)](x, out, 100, BLOCK=32)

@@ -174,7 +174,8 @@ def _extents(name, value, interpreter):
     reach = 1 + sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
     size = tensor.element_size() * (reach if tensor.numel() else 0)
     dtype = str(tensor.dtype).removeprefix("torch.")
-    return [(name, tensor.data_ptr(), tensor.data_ptr() + size, f"{tensor.numel()} {dtype} elements")]
+    what = f"{tensor.numel()} {dtype} element{'' if tensor.numel() == 1 else 's'}"
+    return [(name, tensor.data_ptr(), tensor.data_ptr() + size, what)]
 
 
 def _checked(access: str, ptrs, mask) -> int:
@@ -190,29 +191,31 @@ def _checked(access: str, ptrs, mask) -> int:
         inside |= (addresses >= start) & (addresses + width <= end)
     if inside.all():
         return addresses.size
-    error = IndexError(_message(access, addresses[~inside], width, addresses.size))
+    masked = mask is not None and not mask.data.all()  # tl.load without a mask passes one of all lanes
+    lanes = f"{(~inside).sum()} of its {ptrs.data.size} lanes" + (" that its mask lets through" if masked else "")
+    error = IndexError(_message(access, addresses[~inside], width, lanes))
     error.out_of_bounds = True
     raise error
 
 
-def _message(access: str, outside: np.ndarray, width: int, lanes: int) -> str:
+def _message(access: str, outside: np.ndarray, width: int, lanes: str) -> str:
     """Where the kernel went out of bounds, which tensor it overran, and what to do."""
     first = int(outside.min())
     below = [t for t in _running.tensors if t[1] <= first]
     if below:
         name, start, end, what = max(below, key=lambda t: t[1])
-        where = (f"{(first - end) // width + 1} element(s) past the end of `{name}` ({what})" if first >= end
-                 else f"inside `{name}` but not aligned to its elements")
+        past = (first - end) // width + 1
+        where = (f"{'just' if past == 1 else f'{past} elements'} past the end of `{name}` ({what})" if first >= end
+                 else f"inside `{name}` but not on one of its elements")
     else:
-        where = "an address before every tensor passed to the launch"
+        where = "before every tensor passed to the launch"
     verb = {"load": "reads", "store": "writes", "atomic": "updates"}[access]
     from triton.runtime import interpreter
 
     program = ", ".join(str(int(i)) for i in interpreter.interpreter_builder.grid_idx)
-    return (f"{_running.kernel} (program {program}) {verb} outside the tensors passed to it{_line()}: "
-            f"{len(outside)} of the {lanes} lanes its mask lets through, the first {where}. Mask every lane that "
-            "can fall past the end (mask=offsets < n); on a GPU this would read or overwrite other memory, or "
-            "crash. The interpreter stopped before the access.")
+    return (f"{_running.kernel} (program {program}) {verb} outside the tensors passed to it{_line()}: {lanes} "
+            f"fall outside them, the first {where}. Mask every lane that can fall past the end (mask=offsets < n): "
+            "on a GPU it would read or overwrite other memory, or crash. The interpreter stopped before the access.")
 
 
 def _line() -> str:

@@ -25,7 +25,7 @@ from aisys.triton_kernels import reduction as reference  # noqa: F401  the answe
 from aisys.tensors import TORCH_DTYPES
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure, assert_close, describe, shown, tolerance
+from aisys_grader.compare import FORMATS, CheckFailure, assert_close, describe, shown, tolerance
 from aisys_grader.low_precision import as_sent, rounded
 
 
@@ -78,14 +78,29 @@ def _in_format(got, expected, case):
     """compare_cases' comparison for a number: rounded to the case's dtype, as the array results are stored in it,
     then within that dtype's tolerance."""
     dtype = case["dtype"]
-    if isinstance(got, float) and np.isfinite(got) and float(rounded([got], dtype)[0]) != got:
-        raise CheckFailure(f"the result {shown(got, '!r')} is not a {dtype} number: round it to the data's dtype "
-                           "(result.to(TORCH_DTYPES[dtype]).item())")
+    if _unrounded(got, dtype):
+        raise CheckFailure(f"the result {shown(got, '!r')} is not a {dtype} number")
     assert_close(got, expected, rtol=tolerance(dtype)[0], atol=tolerance(dtype)[1])
+
+
+def _unrounded(got, dtype: str) -> bool:
+    """Whether the number `got` is one the dtype cannot hold."""
+    return isinstance(got, float) and np.isfinite(got) and float(rounded([got], dtype)[0]) != got
+
+
+def _format_hint(case, got) -> str:
+    """For a result not in the data's format: how to put it there."""
+    if isinstance(got, np.ndarray) and got.dtype != np.dtype(FORMATS[case["dtype"]]):
+        return "Allocate the output in the data's dtype (dtype=t.dtype) and store into it: to_numpy keeps that dtype."
+    if _unrounded(got, case["dtype"]):
+        return "Round the float32 result to the data's dtype: result.to(TORCH_DTYPES[dtype]).item()."
+    return ""
 
 
 def _sum_hint(case, got, expected) -> str:
     data = case["x"] if "x" in case else case["a"]
+    if more := _format_hint(case, got):
+        return more
     if not np.isfinite(got).all():
         return ("inf or NaN from finite data: a sum kept in float16 passes 65504, its largest number, although the "
                 "total is small. Convert every load to float32 and keep accumulators and partial results in "
@@ -98,6 +113,8 @@ def _sum_hint(case, got, expected) -> str:
 
 
 def _max_hint(case, got, expected) -> str:
+    if more := _format_hint(case, got):
+        return more
     if (np.asarray(got) == 0).any() and (np.asarray(expected) < 0).any():
         return ("0 where the data are negative: masked lanes hold `other`, and for a maximum it must be -inf, the "
                 "identity of max (other=float('-inf'), and an accumulator that starts at -inf).")
@@ -218,6 +235,7 @@ def vector_sum_passes(student, rng, hidden):
                            "store each program's partial sum and reduce them in a second pass.")
     first = launches[0]
     if first["programs"] < MIN_PROGRAMS:
+        walk = "s, which walk" if first["programs"] > 1 else ", which walks"
         raise CheckFailure(f"the first pass of vector_sum over {PASSES_N} elements runs {first['programs']} "
-                           "program(s): they walk the whole vector while the GPU's other multiprocessors idle; launch "
+                           f"program{walk} the whole vector while the GPU's other multiprocessors idle: launch "
                            "cdiv(n, BLOCK) programs and reduce their partial results in further passes.")
