@@ -352,9 +352,10 @@ def _preload(dialect: str) -> None:
     elif dialect == "triton":
         os.environ["AISYS_DEVICE"] = "cpu"  # the room interprets Triton on the CPU wherever it runs
         os.environ["TRITON_INTERPRET"] = "1"
+        import torch  # noqa: F401
         import triton  # noqa: F401
 
-        from aisys import tensors, triton_interpreter  # noqa: F401
+        from aisys import triton_interpreter  # noqa: F401
     else:
         from aisys import simt  # noqa: F401
 

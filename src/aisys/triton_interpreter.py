@@ -96,38 +96,39 @@ def install() -> None:
                                   builder.create_atomic_cas, builder.create_dot)
     init_args, run = executor._init_args_hst, executor.__call__
 
-    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # *rest: the arguments that differ between Triton's versions, passed on as they come
+    def create_masked_load(self, ptrs, mask, *rest):
         lanes = _checked("load", ptrs, mask)
         if _running is not None:
             _running.loads += 1
             _running.loaded += lanes
             _running.widest_load = max(_running.widest_load, ptrs.data.size)
-        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+        return load(self, ptrs, mask, *rest)
 
-    def create_masked_store(self, ptrs, value, mask, cache_policy):
+    def create_masked_store(self, ptrs, value, mask, *rest):
         lanes = _checked("store", ptrs, mask)
         if _running is not None:
             _running.stores += 1
             _running.stored += lanes
-        return store(self, ptrs, value, mask, cache_policy)
+        return store(self, ptrs, value, mask, *rest)
 
-    def create_atomic_rmw(self, op, ptr, val, mask, sem, scope):
+    def create_atomic_rmw(self, op, ptr, val, mask, *rest):
         _checked("atomic", ptr, mask)
         if _running is not None:
             _running.atomics += 1
-        return rmw(self, op, ptr, val, mask, sem, scope)
+        return rmw(self, op, ptr, val, mask, *rest)
 
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+    def create_atomic_cas(self, ptr, *rest):
         _checked("atomic", ptr, None)
         if _running is not None:
             _running.atomics += 1
-        return cas(self, ptr, cmp, val, sem, scope)
+        return cas(self, ptr, *rest)
 
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    def create_dot(self, a, b, *rest):
         if _running is not None:
             _running.dots += 1
             _running.dot_macs += int(np.prod(a.data.shape)) * int(b.data.shape[-1])
-        return dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        return dot(self, a, b, *rest)
 
     def _init_args_hst(self, args_dev, kwargs):
         args, kwargs_hst = init_args(self, args_dev, kwargs)
@@ -166,11 +167,11 @@ def _extents(name, value, interpreter):
     """(argument, first byte, end byte, description) of each tensor in a launch's argument `value`."""
     if isinstance(value, tuple):
         return [extent for item in value for extent in _extents(name, item, interpreter)]
-    if isinstance(value, interpreter.TensorDescriptor):
+    if isinstance(value, getattr(interpreter, "TensorDescriptor", ())):
         value = value.base
     if not hasattr(value, "data_ptr"):
         return []
-    tensor = interpreter._unwrap_tensor(value)
+    tensor = getattr(value, "base", value)  # a triton.reinterpret TensorWrapper holds its tensor as .base
     reach = 1 + sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
     size = tensor.element_size() * (reach if tensor.numel() else 0)
     dtype = str(tensor.dtype).removeprefix("torch.")
