@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+import numpy as np
 import pytest
 
 from aisys_grader import cleanroom, plain, wrong
@@ -269,6 +270,25 @@ def test_the_grading_room_kills_a_call_at_its_limit_and_runs_each_call_in_a_fres
                                                              "integer"), 10)
                 assert plain.decode(reply["value"]) == 1 and set(reply) == {"status", "value", "launches"}
             assert room.job.process is process, "a call that ran out of time is killed, not its room"
+        finally:
+            room.close()
+        assert leftovers(jobs) == [] and not list(Path(jobs).iterdir())
+
+
+@needs_sandbox
+def test_the_grading_room_runs_triton_kernels_in_its_interpreter_and_counts_them(tmp_path):
+    from test_grammar import TRITON_KERNEL
+
+    with jobs_in(tmp_path / "jobs") as jobs:
+        room = cleanroom.SandboxedRoom(Sandbox.create(limits=LIMITS))
+        try:
+            reply, _, why = room.reply(cleanroom.request(["", TRITON_KERNEL], "triton", "doubled",
+                                                         payload((np.ones(10, np.float32),), {}), "array"), 30)
+            assert reply is not None and reply["status"] == "ok", (why, reply)
+            assert plain.decode(reply["value"]).tolist() == [2.0] * 10
+            (launch,) = plain.decode(reply["launches"])
+            assert (launch["kernel"], launch["programs"], launch["loaded"], launch["stored"]) == ("double_kernel", 3,
+                                                                                                  10, 10)
         finally:
             room.close()
         assert leftovers(jobs) == [] and not list(Path(jobs).iterdir())

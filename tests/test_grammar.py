@@ -132,6 +132,10 @@ IMPORTS = [
     ("def f(t):\n    return t.untyped_storage()\n", grammar.RANKS, "`.untyped_storage`"),
     ("def f(t):\n    return t.as_strided((9,), (1,))\n", grammar.RANKS, "`.as_strided`"),
     ("import numpy as np\nimport torch as np\n", grammar.RANKS, "already names `numpy`"),
+    ("from triton.runtime import interpreter\n", grammar.TRITON, "only imports of"),
+    ("import triton\nx = triton.runtime\n", grammar.TRITON, "`triton.runtime` is not part of"),
+    ("from aisys import triton_interpreter\n", grammar.TRITON, "`aisys.triton_interpreter` is not part of"),
+    ("import triton.language as tl\nx = tl.inline_asm_elementwise\n", grammar.TRITON, "`tl.inline_asm_elementwise`"),
 ]
 
 
@@ -261,6 +265,32 @@ def test_the_traced_dialect_reports_the_peak_memory_of_a_call_and_the_calls_of_e
     assert 2**20 <= trace["peak_bytes"] < 2**20 + 2**16  # the output, and one tile at a time
     assert InProcessStudent(scope).traced_call("whole", x)[1]["peak_bytes"] >= 2**20
     assert "`numpy` in the grader's tracer" in room(["", "import os\n"], "os", dialect="traced")["message"]
+TRITON_KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def double_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+def doubled(x):
+    t = torch.from_numpy(x)
+    double_kernel[(triton.cdiv(t.numel(), 4),)](t, t.numel(), BLOCK=4)
+    return t.numpy()
+'''
+
+
+def test_the_clean_room_runs_triton_kernels_in_its_interpreter_and_counts_each_launch():
+    answer = cleanroom.reply(cleanroom.request(["", TRITON_KERNEL], "triton", "doubled",
+                                               payload((np.ones(10, np.float32),), {}), "array"))
+    assert answer["status"] == "ok", answer
+    assert cleanroom.plain.decode(answer["value"]).tolist() == [2.0] * 10
+    (launch,) = cleanroom.plain.decode(answer["launches"])
+    assert launch["kernel"] == "double_kernel" and launch["programs"] == 3 and launch["loaded"] == 10
 
 
 def test_the_self_check_runs_the_cells_in_ipython_s_history():

@@ -1,4 +1,9 @@
-"""aisys.tensors: numpy to tensors on aisys's device and back, by the exercises' format names."""
+"""aisys.tensors: numpy to tensors on aisys's device and back, by the exercises' format names; with it, Triton's
+interpreter checks every address a kernel loads or stores (aisys.triton_interpreter)."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -27,3 +32,79 @@ def test_a_load_past_the_end_finds_the_largest_number():
 def test_an_unknown_format_is_named():
     with pytest.raises(ValueError, match="dtype must be one of 'fp32', 'fp16', 'bf16'; got 'fp64'"):
         to_device(np.zeros(2), "fp64")
+
+
+UNMASKED_STORE = '''
+from aisys import device
+
+device.use_triton_interpreter()
+import torch
+import triton
+import triton.language as tl
+
+from aisys.tensors import to_device
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))
+
+
+x = to_device(torch.arange(10.0).numpy(), "fp32")
+for _ in range(20):  # unchecked, 4086 elements written past a small allocation corrupt the heap: the process aborts
+    out = torch.zeros(10)
+    try:
+        copy_kernel[(1,)](x, out, 10, BLOCK=4096)
+    except IndexError as error:
+        print(error)
+    [torch.empty(7 * i + 3) for i in range(100)]
+assert out.tolist() == [0.0] * 10, "nothing was written"
+print("alive")
+'''
+
+
+def test_an_unmasked_store_in_the_interpreter_is_an_error_naming_the_line_before_memory_is_touched(tmp_path):
+    script = tmp_path / "unmasked.py"
+    script.write_text(UNMASKED_STORE)
+    env = dict(os.environ, AISYS_DEVICE="cpu", PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = done.stdout.splitlines()[0]
+    assert "copy_kernel (program 0, 0, 0) writes outside the tensors passed to it" in first, first
+    assert "at line 15 of unmasked.py (`tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))`)" \
+        in first and "4086 of its 4096 lanes fall outside them, the first just past the end of `out_ptr` (10 float32 " \
+        "elements)" in first, first
+    assert done.stdout.endswith("alive\n")
+
+
+def test_a_load_past_the_end_is_an_error_and_launches_are_counted(torch_device):
+    if torch_device != "cpu":
+        pytest.skip("the interpreter runs on a CPU")
+    import triton
+    import triton.language as tl
+
+    from aisys import triton_interpreter
+
+    @triton.jit
+    def sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + tl.program_id(0), tl.sum(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0), axis=0))
+
+    @triton.jit
+    def unmasked_sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + tl.program_id(0), tl.sum(tl.load(x_ptr + offsets), axis=0))
+
+    x, out = to_device(np.ones(100), "fp32"), torch.zeros(4)
+    with triton_interpreter.launches() as done:
+        sum_kernel[(4,)](x, out, 100, BLOCK=32)
+    assert out.tolist() == [32, 32, 32, 4]
+    assert [launch.to_plain() for launch in done] == [
+        {"kernel": "sum_kernel", "grid": [4], "programs": 4, "loads": 4, "loaded": 100, "widest_load": 32,
+         "stores": 4, "stored": 4, "dots": 0, "dot_macs": 0, "atomics": 0}]
+    with pytest.raises(IndexError, match=r"unmasked_sum_kernel \(program 3, 0, 0\) reads outside the tensors passed "
+                                         r"to it, in `unmasked_sum_kernel` at line \d+ of test_tensors.py "
+                                         r"\(`tl.store.*`\): 28 of its 32 lanes fall outside them, the first just "
+                                         r"past the end of `x_ptr` \(100 float32 elements\)"):
+        unmasked_sum_kernel[(4,)](x, out, 100, BLOCK=32)

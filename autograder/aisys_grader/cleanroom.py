@@ -12,6 +12,9 @@ dialect's grammar (grammar.py), runs the rest in a fresh namespace whose builtin
 dialect's, and calls the function:
 
 - "simt": under `aisys.simt.profile()`; the reply carries the value and one report per launch;
+- "triton": Triton kernels run in its interpreter, on the CPU's tensors, wherever the room runs (also where the
+  notebook's kernels are compiled for a GPU), under `aisys.triton_interpreter.launches()`; the reply carries the
+  value and one report per launch (its programs, loads, stores, tl.dots);
 - "ranks": on real processes (`aisys.collectives.launch.run_ranks`), each rank recording its
   messages with `aisys.collectives.traffic.record` around the call; the reply carries what each
   rank did. Under NCCL the recorder sees each message as posted to the process group (its
@@ -59,7 +62,8 @@ SOURCE_LIMIT = 2**22  # characters of cell source in one request (4 MiB)
 PACKAGE = Path(__file__).resolve().parent
 ROOM_CODE = {"__init__.py": PACKAGE / "shim.py", **{name: PACKAGE / name for name in ("cleanroom.py", "grammar.py",
                                                                                         "plain.py")}}
-ROOM_MODULES = ("aisys.simt", "aisys.collectives.launch", "aisys.collectives.traffic")  # what _preload loads
+ROOM_MODULES = ("aisys.simt", "aisys.collectives.launch", "aisys.collectives.traffic",  # what _preload loads
+                "aisys.triton_interpreter")
 ANNOTATIONS = __future__.annotations.compiler_flag  # annotations are kept as text: `Optional[...]` needs no typing
 
 
@@ -149,6 +153,15 @@ def _missing(error: BaseException, why: dict[str, str]) -> str | None:
 
 def reply(request: dict) -> dict:
     """Run a request (see `request`) here, in a fresh namespace, and answer in the bridge's reply format."""
+    if request["dialect"] == "triton":  # its kernels are defined (triton.jit) and launched in the interpreter
+        from aisys import triton_interpreter
+
+        with triton_interpreter.interpreting():
+            return _reply(request)
+    return _reply(request)
+
+
+def _reply(request: dict) -> dict:
     dialect, function, returns = request["dialect"], request["function"], request["returns"]
     namespace, why = definitions(request["sources"], dialect, request.get("modules", ()))
     target = namespace.get(function)
@@ -167,6 +180,11 @@ def reply(request: dict) -> dict:
             result = _on_ranks(target, args[0], request["ranks"], why)
         elif dialect == "traced":
             result, trace = _traced(function, namespace, args, kwargs)
+        elif dialect == "triton":
+            from aisys import triton_interpreter
+
+            with triton_interpreter.launches() as launches:
+                result = target(*args, **kwargs)
         else:
             from aisys import simt
 
@@ -386,6 +404,13 @@ def _preload(dialect: str) -> None:
         from aisys.collectives import launch, traffic  # noqa: F401
     elif dialect == "traced":
         import numpy  # noqa: F401
+    elif dialect == "triton":
+        os.environ["AISYS_DEVICE"] = "cpu"  # the room interprets Triton on the CPU wherever it runs
+        os.environ["TRITON_INTERPRET"] = "1"
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+
+        from aisys import triton_interpreter  # noqa: F401
     else:
         from aisys import simt  # noqa: F401
 

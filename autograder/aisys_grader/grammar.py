@@ -80,6 +80,28 @@ DISTRIBUTED = (  # torch.distributed: point-to-point messages, and the collectiv
     "all_to_all all_to_all_single gather scatter barrier"
 ).split()
 
+TRITON_LANGUAGE = (  # triton.language.<name>: what kernels compute with; no inline assembly
+    "abs add arange argmax argmin associative_scan atomic_add atomic_and atomic_cas atomic_max atomic_min atomic_or "
+    "atomic_xchg atomic_xor bfloat16 broadcast broadcast_to cast cat cdiv ceil clamp constexpr cos cumprod cumsum "
+    "device_assert device_print div_rn dot erf exp exp2 expand_dims fdiv flip float16 float32 float64 floor fma full "
+    "gather histogram int1 int16 int32 int64 int8 interleave join load log log2 make_block_ptr max max_constancy "
+    "max_contiguous maximum min minimum mul multiple_of num_programs permute program_id range ravel reduce reshape "
+    "rsqrt sigmoid sin softmax sort split sqrt sqrt_rn squeeze static_assert static_print static_range store sub sum "
+    "swizzle2d topk trans uint16 uint32 uint64 uint8 umulhi unsqueeze view where xor_sum zeros zeros_like "
+    "math.abs math.ceil math.cos math.div_rn math.erf math.exp math.exp2 math.fdiv math.floor math.fma math.log "
+    "math.log2 math.rsqrt math.sin math.sqrt math.sqrt_rn math.umulhi"
+).split()
+
+TRITON_HOST = (  # triton.<name>, aisys.tensors and aisys.device: launching kernels on the data the checks give;
+    # torch's own math, so that a host function computing with torch instead of a kernel is graded, not refused
+    "triton.jit triton.cdiv triton.next_power_of_2 triton.Config "
+    "torch.softmax torch.exp torch.log torch.erf torch.tanh torch.sqrt torch.rsqrt torch.matmul torch.randn "
+    "torch.nn.functional.gelu torch.nn.functional.layer_norm torch.nn.functional.rms_norm "
+    "torch.nn.functional.softmax torch.nn.functional.scaled_dot_product_attention "
+    "aisys.tensors.to_device aisys.tensors.to_numpy aisys.tensors.TORCH_DTYPES "
+    "aisys.device.current aisys.device.describe aisys.device.use_triton_interpreter"
+).split()
+
 COMMON = (  # attributes of values in both dialects: containers, strings, numbers, numpy arrays and generators
     "append extend insert pop index count items keys values get setdefault update clear add discard "
     "join strip startswith endswith replace lower upper "
@@ -101,8 +123,10 @@ TENSOR_VALUES = (  # torch tensors, dtypes, and the requests isend/irecv return
     "wait is_completed"
 ).split()
 
+KERNEL_VALUES = "stride element_ty cpu detach trans broadcast_to expand_dims cast".split()  # tensors, kernels' blocks
+
 DECORATORS = {"aisys.simt.cuda.jit": "cuda.jit", "functools.cache": "functools.cache",
-              "functools.lru_cache": "functools.lru_cache"}  # as a message shows them
+              "functools.lru_cache": "functools.lru_cache", "triton.jit": "triton.jit"}  # as a message shows them
 FUNCTOOLS = ["functools.cache", "functools.lru_cache", "functools.reduce", "functools.partial"]
 MATH = [f"math.{name}" for name in dir(math) if not name.startswith("_")]
 
@@ -146,7 +170,15 @@ TRACED = Dialect(  # numpy code whose memory and calls a check measures (cleanro
     attributes=frozenset(COMMON),
     decorators=frozenset({"functools.cache", "functools.lru_cache"}))
 
-DIALECTS = {d.name: d for d in (SIMT, RANKS, TRACED)}
+TRITON = Dialect(
+    "triton", "the grader's Triton interpreter",
+    modules=frozenset({"numpy", "math", "functools", "torch", "torch.nn.functional", "triton", "triton.language"}),
+    paths=frozenset([f"numpy.{n}" for n in NUMPY] + [f"torch.{n}" for n in TORCH] + TRITON_HOST
+                    + [f"triton.language.{n}" for n in TRITON_LANGUAGE] + FUNCTOOLS + MATH),
+    attributes=frozenset(COMMON + TENSOR_VALUES + KERNEL_VALUES),
+    decorators=frozenset({"triton.jit", "functools.cache", "functools.lru_cache"}))
+
+DIALECTS = {d.name: d for d in (SIMT, RANKS, TRACED, TRITON)}
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,11 @@ class Student(Protocol):
         """Run `function` in the timing loop of reps.py with `plan`, next to the student's code: its reply (a mapping,
         untrusted) and the wall seconds the whole call took on the grader's clock (speed.py)."""
 
-    def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
-        """`call` in the clean room, with kernels run in the SIMT simulator: the value and one report (plain dict)
-        per launch. The function and what it uses must be written in the simulator's dialect (grammar.SIMT)."""
+    def profiled_call(self, function: str, *args, returns: str = "any", dialect: str = "simt",
+                      **kwargs) -> tuple[Any, list[dict]]:
+        """`call` in the clean room, with kernels run in the SIMT simulator (or, with dialect="triton", in Triton's
+        interpreter): the value and one report (plain dict) per launch. The function and what it uses must be
+        written in that dialect (grammar.SIMT, grammar.TRITON)."""
 
     def traced_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, dict]:
         """`call` in the clean room, under tracemalloc: the value and the call's trace, {"peak_bytes": its peak of
@@ -155,9 +157,10 @@ class BridgeStudent:
         seconds = time.perf_counter() - start
         return value_from_reply(function, reply, "mapping"), seconds
 
-    def profiled_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, list[dict]]:
+    def profiled_call(self, function: str, *args, returns: str = "any", dialect: str = "simt",
+                      **kwargs) -> tuple[Any, list[dict]]:
         __tracebackhide__ = True
-        reply = self._room(function, "simt", payload(args, kwargs), returns)
+        reply = self._room(function, dialect, payload(args, kwargs), returns)
         return value_from_reply(function, reply, returns), launches_from_reply(function, reply)
 
     def traced_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, dict]:

@@ -1,7 +1,8 @@
 """Numpy data to torch tensors on the device aisys runs on and back, by the format names the exercises use.
 
 Exercises pass numpy arrays and a format name, "fp32", "fp16" or "bf16". Numpy has no bfloat16, so bf16 data
-travels as float32 arrays holding bf16 values. Notebooks import these helpers, also when graded.
+travels as float32 arrays holding bf16 values. Notebooks import these helpers, also when graded; where Triton runs in
+its interpreter, importing them bounds-checks its loads and stores (aisys.triton_interpreter).
 
 The speed checks (aisys_grader.speed) call a notebook's numpy functions with tensors already on the device:
 `to_device` then uses them as they are, and within `results_on_device` `to_numpy` leaves its tensor there, so
@@ -13,18 +14,22 @@ import contextlib
 import numpy as np
 import torch
 
-from . import device
+from . import device, triton_interpreter
 from ._validate import one_of
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+triton_interpreter.install()  # an unmasked load or store is an error naming the kernel's line, not corrupt memory
 
 
 def to_device(x, dtype: str) -> torch.Tensor:
     """The numpy array x as a contiguous tensor of `dtype` ("fp32", "fp16" or "bf16") on aisys's device.
 
-    The tensor is the start of a longer buffer whose tail holds the dtype's largest number: a load past the
-    end (a missing mask) puts that number in the result instead of going unnoticed. On a GPU such a load
-    reads whatever lies there, or faults. A tensor already on that device in that dtype is used as it is."""
+    The tensor is the start of a longer buffer whose tail holds the dtype's largest number: on a GPU a load
+    past the end (a missing mask) puts that number in the result instead of going unnoticed. In Triton's
+    interpreter the load is an error (aisys.triton_interpreter). A tensor already on that device in that dtype is
+    used as it is."""
+    triton_interpreter.install()  # in case TRITON_INTERPRET was set after this module was imported
     wanted = TORCH_DTYPES[one_of("dtype", dtype, tuple(TORCH_DTYPES))]
     if isinstance(x, torch.Tensor) and x.dtype == wanted and x.device.type == device.current():
         return x

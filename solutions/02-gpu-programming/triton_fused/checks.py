@@ -6,9 +6,17 @@ first (they travel as float32), and results are compared with that dtype's
 tolerance. float32 cases come first, where the tanh approximation (off by up to
 5e-4) cannot pass. Shapes are ragged against a block of 1024 columns and
 rectangular both ways, so a bias indexed by row shows. The traffic functions
-are compared exactly with the reference's count.
+are compared exactly with the reference's count. Results must be in the data's
+dtype, and every seed has float16 and bfloat16 rows where x + bias is not a
+number of that dtype (2048 + 0.5 in float16): rounding t or gelu(t) to it, as
+torch's three kernels or a kernel computing in float16 do, loses the 0.5.
+
+`fused_kernel` runs bias_gelu_residual in the grader's Triton interpreter (the
+clean room) and counts what it launches: one kernel, reading x, bias and
+residual once per element and writing y once.
 """
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -16,7 +24,7 @@ from aisys.triton_kernels import fused as reference
 from aisys.tensors import TORCH_DTYPES
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import tolerance
+from aisys_grader.compare import FORMATS, CheckFailure, assert_close, tolerance
 from aisys_grader.low_precision import rounded
 
 
@@ -25,6 +33,30 @@ def _case(rng, M, N, dtype) -> dict:
     return {"x": rounded(2 * rng.standard_normal((M, N)), dtype),
             "bias": rounded(rng.standard_normal(N), dtype),
             "residual": rounded(rng.standard_normal((M, N)), dtype), "dtype": dtype}
+
+
+ROUNDED_AWAY = {"fp16": 2048.0, "bf16": 256.0}  # where the dtype's numbers are 2 apart: x + 0.5 is not one of them
+
+
+def _rounded_away(dtype) -> dict:
+    """Rows where y = gelu(x + 0.5) - x = 0.5 exactly, but x + 0.5 rounded to `dtype` is x: y comes out 0."""
+    x = ROUNDED_AWAY[dtype] * np.ones((2, 9))
+    x[1] *= -1  # gelu(-2048.5) is 0, so y = 2048: right either way, and the row shows a bias broadcast by row
+    return {"x": rounded(x, dtype), "bias": rounded(np.full(9, 0.5), dtype), "residual": rounded(-x, dtype),
+            "dtype": dtype}
+
+
+def _hint(case, got, expected):
+    if got.dtype != np.dtype(FORMATS[case["dtype"]]):
+        return "Allocate y in x's dtype (torch.empty_like(x)): the store rounds the float32 result to it."
+    once = "convert the loads to float32, compute t and gelu(t) in float32 in one kernel, and round once, in the store"
+    if case["dtype"] in ROUNDED_AWAY and np.array_equal(case["x"], _rounded_away(case["dtype"])["x"]):
+        return f"x + bias = x + 0.5 rounded to the data's dtype loses the 0.5: {once}."
+    ulp = tolerance(case["dtype"])[0]
+    if case["dtype"] != "fp32" and np.allclose(got, expected, rtol=8 * ulp, atol=8 * ulp):
+        return (f"A few units in the last place of {case['dtype']} off: t or gelu(t) was rounded to it on the way "
+                f"(as torch's three kernels do); {once}.")
+    return ""
 
 
 def _truth(x, bias, residual, dtype):
@@ -46,8 +78,10 @@ def _shapes(rng, hidden) -> list[tuple[int, int, str]]:
 def bias_gelu_residual(student, rng, hidden):
     """bias_gelu_residual matches F.gelu(x + bias) + residual, exact GELU: ragged shapes, float32, float16, bfloat16."""
     cases = [_case(rng, M, N, dtype) for M, N, dtype in _shapes(rng, hidden)]
+    cases += [_rounded_away("fp16"), _rounded_away("bf16")]
     compare_cases(student, "bias_gelu_residual", cases, _truth, returns="array", hidden=hidden,
-                  tolerance=lambda case: tolerance(case["dtype"]))  # a float32 computation rounded once
+                  tolerance=lambda case: tolerance(case["dtype"]),  # a float32 computation rounded once
+                  dtype=lambda case: case["dtype"], hint=_hint)
 
 
 @check(points=2)
@@ -62,6 +96,31 @@ def traffic(student, rng, hidden):
     for function in ("fused_bytes", "unfused_bytes"):
         compare_cases(student, function, cases, getattr(reference, function), returns="number", hidden=hidden,
                       tolerance=(0, 0))
+
+
+FUSED_SHAPE = (6, 1500)  # two blocks of 1024 columns a row, the last ragged
+
+
+@check(points=2)
+def fused_kernel(student, rng, hidden):
+    """bias_gelu_residual runs one kernel that reads x, bias and residual once per element and writes y once (counted
+    in the grader's Triton interpreter)."""
+    case = _case(rng, *FUSED_SHAPE, "fp32")
+    got, launches = student.profiled_call("bias_gelu_residual", returns="array", dialect="triton", **case)
+    rtol, atol = tolerance("fp32")
+    assert_close(got, _truth(**case), rtol=rtol, atol=atol, where=f"bias_gelu_residual of {FUSED_SHAPE} matrices")
+    elements = FUSED_SHAPE[0] * FUSED_SHAPE[1]
+    reads, writes = (sum(launch[what] for launch in launches) / elements for what in ("loaded", "stored"))
+    better = ("do it in one kernel that loads x, bias and residual once, keeps t and gelu(t) in registers and stores "
+              "y once (3 elements read and 1 written per element of y).")
+    if not launches:
+        raise CheckFailure(f"bias_gelu_residual of {FUSED_SHAPE} matrices ran no Triton kernel: computed with torch, "
+                           "the chain is three kernels, which write t and gelu(t) to memory and read them back; "
+                           + better)
+    if len(launches) != 1 or reads > 3 or writes != 1:
+        raise CheckFailure(f"bias_gelu_residual of {FUSED_SHAPE} matrices runs {len(launches)} Triton kernels, "
+                           f"which read {reads:g} and write {writes:g} elements per element of y: the chain is bound "
+                           "by memory, so " + better)
 
 
 # Speed, on a GPU ------------------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ the checks, so rows of one block, of several, and ragged last blocks are all
 graded. Three checks isolate what LayerNorm gets wrong most: the rows where eps
 decides the result (constant rows, and variance below eps), and rows with a
 mean of 1e4 and a spread of 1, where var = E[x^2] - E[x]^2 cancels
-catastrophically in float32.
+catastrophically in float32. Results must be in x's dtype, and both norms see,
+on every seed, float16 rows with a spread of 300, whose squares pass 65504: a
+kernel that computes its statistics in float16 turns them inf.
 """
 
 import numpy as np
@@ -17,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import tolerance
+from aisys_grader.compare import FORMATS, tolerance
 from aisys_grader.low_precision import rounded
 
 
@@ -30,6 +32,7 @@ LARGE_MEAN_TOLERANCE = 1e-2
 # Flat rows: the distances x - mean are about 2e-3 and rstd about 270, so float32 rounding of the mean
 # (1e-7 near 1) shows as about 1e-4 in y. eps misplaced or a biased/unbiased mix-up is off by 1e-2 or more.
 FLAT_TOLERANCE = 1e-3
+WIDE_SPREAD = 300  # float16 rows of this spread: their squares, up to some 1e6, are inf in float16 (above 65504)
 
 
 def _layer_norm_case(x, rng, dtype, block, eps=EPS) -> dict:
@@ -63,6 +66,24 @@ def _dtype_tolerance(case) -> tuple[float, float]:
     return tolerance(case["dtype"])
 
 
+def _format(case) -> str:
+    return case["dtype"]
+
+
+def _hint(case, got, expected) -> str:
+    if got.dtype != np.dtype(FORMATS[case["dtype"]]):
+        return "Allocate y in x's dtype (torch.empty_like(x)): the store rounds the float32 result to it."
+    if not np.isfinite(got).all() or case["dtype"] == "fp16" and np.abs(case["x"]).max() > 1000:
+        return ("Compute the statistics in float32: convert every load with .to(tl.float32) and keep the "
+                "accumulators float32 (tl.zeros(..., dtype=tl.float32)); in float16 a square past 65504 is inf.")
+    return ""
+
+
+def _wide_rows(rng) -> np.ndarray:
+    """float16 data whose squares overflow float16: two rows of 1000 with a spread of WIDE_SPREAD."""
+    return WIDE_SPREAD * rng.standard_normal((2, 1000))
+
+
 def _shapes(rng, hidden) -> list[tuple[int, int, str, int]]:
     """(M, N, dtype, block): visible, a ragged single block, an exact one and a loop; hidden, every edge."""
     if not hidden:
@@ -79,8 +100,9 @@ def _shapes(rng, hidden) -> list[tuple[int, int, str, int]]:
 def layer_norm(student, rng, hidden):
     """layer_norm matches F.layer_norm: ragged rows, rows longer than a block, float32, float16 and bfloat16."""
     cases = [_layer_norm_case(_rows(rng, M, N), rng, dtype, block) for M, N, dtype, block in _shapes(rng, hidden)]
+    cases.append(_layer_norm_case(_wide_rows(rng), rng, "fp16", 256))
     compare_cases(student, "layer_norm", cases, _true_layer_norm, returns="array", hidden=hidden,
-                  tolerance=_dtype_tolerance)
+                  tolerance=_dtype_tolerance, dtype=_format, hint=_hint)
 
 
 @check(points=1)
@@ -112,16 +134,17 @@ def layer_norm_large_mean(student, rng, hidden):
 @check(points=2)
 def rms_norm(student, rng, hidden):
     """rms_norm matches F.rms_norm (no mean subtracted): ragged rows, long rows, a zero row, every dtype."""
+    plan = [(_rows(rng, M, N), dtype, block) for M, N, dtype, block in _shapes(rng, hidden)]
     cases = []
-    for M, N, dtype, block in _shapes(rng, hidden):
-        x = _rows(rng, M, N)
+    for x, dtype, block in plan + [(_wide_rows(rng), "fp16", 256)]:
+        M, N = x.shape
         if hidden and M > 1:
             x[0] = 0  # rstd = 1 / sqrt(eps): y = 0, not NaN
         weight = 1 + 0.5 * rng.standard_normal(N)
         cases.append({"x": rounded(x, dtype), "weight": rounded(weight, dtype), "eps": 1e-6, "dtype": dtype,
                       "block": block})
     compare_cases(student, "rms_norm", cases, _true_rms_norm, returns="array", hidden=hidden,
-                  tolerance=_dtype_tolerance)
+                  tolerance=_dtype_tolerance, dtype=_format, hint=_hint)
 
 
 # Speed, on a GPU ------------------------------------------------------------------------------------------------------

@@ -85,8 +85,9 @@ print(f"float64, exact enough: var = {row.astype(np.float64).var():.6f}")
 # Two more rules:
 #
 # - **Compute in `float32`.** A row of 4096 `float16` values summed in `float16` keeps
-#   about three significant digits, and `bfloat16` two. Convert every load with
-#   `.to(tl.float32)`, compute, and convert only the result, in the store:
+#   about three significant digits, and `bfloat16` two; the square of a `float16` value
+#   above 256 is past 65504, its largest number, so `inf` (the checks have such rows).
+#   Convert every load with `.to(tl.float32)`, compute, and convert only the result, in the store:
 #   `tl.store(y_ptr + ..., y.to(y_ptr.dtype.element_ty), mask=...)`. (This is what real
 #   kernels do, and on a CPU it is also required: Triton 3.9's interpreter computes
 #   `bfloat16` arithmetic wrongly.)

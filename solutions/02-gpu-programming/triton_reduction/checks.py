@@ -8,6 +8,14 @@ shorter and longer than a block, every dtype, and, for maxima, all-negative
 data, scattered -inf and all -inf: the padding of a masked load must be the
 identity of the operation. Inputs stay small: on a CPU each program runs in
 Triton's interpreter (about half a millisecond).
+
+Results must be in the data's format: the numbers rounded to it, the arrays of
+its dtype (bf16 as float32 holding bf16 values). Every case list holds float16
+data whose sums are small but whose running sums pass 65504, float16's largest
+number: a partial result or a per-lane accumulator kept in float16 turns inf.
+`vector_sum_passes` runs vector_sum in the grader's Triton interpreter (the
+clean room) and counts its launches: the first pass spread over many programs,
+each element read once, and no atomics, whose order changes a float sum.
 """
 
 import numpy as np
@@ -17,14 +25,20 @@ from aisys.triton_kernels import reduction as reference  # noqa: F401  the answe
 from aisys.tensors import TORCH_DTYPES
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure, assert_close, describe, shown, tolerance
-from aisys_grader.low_precision import as_sent
+from aisys_grader.compare import FORMATS, CheckFailure, assert_close, describe, shown, tolerance
+from aisys_grader.low_precision import as_sent, rounded
 
 
 DTYPES = tuple(TORCH_DTYPES)
 EDGE_SIZES = (1, 7, 127, 128, 129, 1000)  # one element, either side of the notebook's BLOCK = 128, two passes
 BIG = 2**14 + 5  # three passes of BLOCK = 128: 129 programs, then 2, then 1
 EDGE_SHAPES = ((1, 1), (3, 1000), (4, 127), (4, 128), (2, 129), (5, 7))
+# float16 data whose sums are small but whose running sums pass 65504 (inf in float16), whatever block a program
+# loads (up to a quarter of the row): blocks of 128 elements summing to 76800, then as many summing to -76800; rows
+# whose first half is +40000 and second half -40000, so that each lane's accumulator adds +40000 at least twice.
+OVERFLOW_VECTOR = np.concatenate([np.full(1024, 600.0), np.full(1024, -600.0), np.full(5, 0.5)])
+OVERFLOW_ROWS = np.stack([np.concatenate([np.full(512, 4e4), np.full(512, -4e4), np.arange(3.0)]),
+                          np.concatenate([np.full(512, -4e4), np.full(512, 4e4), np.ones(3)])])
 
 
 def _values(rng, shape, kind: str) -> np.ndarray:
@@ -56,11 +70,41 @@ def _dtype_tolerance(case) -> tuple[float, float]:
     return tolerance(case["dtype"])
 
 
+def _format(case) -> str:
+    return case["dtype"]
+
+
+def _in_format(got, expected, case):
+    """compare_cases' comparison for a number: rounded to the case's dtype, as the array results are stored in it,
+    then within that dtype's tolerance."""
+    dtype = case["dtype"]
+    if _unrounded(got, dtype):
+        raise CheckFailure(f"the result {shown(got, '!r')} is not a {dtype} number")
+    assert_close(got, expected, rtol=tolerance(dtype)[0], atol=tolerance(dtype)[1])
+
+
+def _unrounded(got, dtype: str) -> bool:
+    """Whether the number `got` is one the dtype cannot hold."""
+    return isinstance(got, float) and np.isfinite(got) and float(rounded([got], dtype)[0]) != got
+
+
+def _format_hint(case, got) -> str:
+    """For a result not in the data's format: how to put it there."""
+    if isinstance(got, np.ndarray) and got.dtype != np.dtype(FORMATS[case["dtype"]]):
+        return "Allocate the output in the data's dtype (dtype=t.dtype) and store into it: to_numpy keeps that dtype."
+    if _unrounded(got, case["dtype"]):
+        return "Round the float32 result to the data's dtype: result.to(TORCH_DTYPES[dtype]).item()."
+    return ""
+
+
 def _sum_hint(case, got, expected) -> str:
     data = case["x"] if "x" in case else case["a"]
+    if more := _format_hint(case, got):
+        return more
     if not np.isfinite(got).all():
-        return ("inf or NaN from finite data: a load read past the end of the data. Mask every load "
-                "(mask=offs < n) and pad with the identity of the operation (other=0.0 for a sum).")
+        return ("inf or NaN from finite data: a sum kept in float16 passes 65504, its largest number, although the "
+                "total is small. Convert every load to float32 and keep accumulators and partial results in "
+                "float32; on a GPU a load past the end (no mask) also gives inf here.")
     if data.ndim == 2:
         return ("Each program must walk all ceil(n_cols / BLOCK) blocks of its row (range(0, n_cols, BLOCK)), the "
                 "last one partial and masked, starting at a_ptr + row * a.stride(0), the distance between rows.")
@@ -69,6 +113,8 @@ def _sum_hint(case, got, expected) -> str:
 
 
 def _max_hint(case, got, expected) -> str:
+    if more := _format_hint(case, got):
+        return more
     if (np.asarray(got) == 0).any() and (np.asarray(expected) < 0).any():
         return ("0 where the data are negative: masked lanes hold `other`, and for a maximum it must be -inf, the "
                 "identity of max (other=float('-inf'), and an accumulator that starts at -inf).")
@@ -83,7 +129,8 @@ def _vector_cases(rng, hidden, kinds):
         sizes = [(n, dtype, kinds[int(rng.integers(len(kinds)))]) for n in EDGE_SIZES for dtype in DTYPES]
         sizes += [(int(rng.integers(2, 3000)), dtype, kind) for dtype in DTYPES for kind in kinds]
         sizes.append((BIG, "fp32", kinds[-1]))
-    return [{"x": as_sent(_values(rng, n, kind), dtype), "dtype": dtype} for n, dtype, kind in sizes]
+    cases = [{"x": as_sent(_values(rng, n, kind), dtype), "dtype": dtype} for n, dtype, kind in sizes]
+    return cases + [{"x": as_sent(OVERFLOW_VECTOR, "fp16"), "dtype": "fp16"}]
 
 
 def _matrix_cases(rng, hidden, kinds):
@@ -99,7 +146,7 @@ def _matrix_cases(rng, hidden, kinds):
         if kind != "positive" and shape[0] > 1:
             a[-1] = -1 - np.abs(rng.standard_normal(shape[1]))  # a row of negative numbers in every matrix for max
         cases.append({"a": as_sent(a, dtype), "dtype": dtype})
-    return cases
+    return cases + [{"a": as_sent(OVERFLOW_ROWS, "fp16"), "dtype": "fp16"}]
 
 
 MAX_KINDS = ("mixed", "some -inf", "all -inf", "negative")  # 'negative' last: the visible fp16 case
@@ -109,14 +156,14 @@ MAX_KINDS = ("mixed", "some -inf", "all -inf", "negative")  # 'negative' last: t
 def vector_sum(student, rng, hidden):
     """vector_sum(x, dtype) returns the sum of x rounded to its dtype, for any length and fp32, fp16 and bf16."""
     compare_cases(student, "vector_sum", _vector_cases(rng, hidden, ("positive",)), _truth(torch.sum),
-                  returns="number", hidden=hidden, tolerance=_dtype_tolerance, hint=_sum_hint)
+                  returns="number", hidden=hidden, compare=_in_format, hint=_sum_hint)
 
 
 @check(points=2)
 def vector_max(student, rng, hidden):
     """vector_max(x, dtype) returns the largest element, for negative data and -inf entries too."""
     compare_cases(student, "vector_max", _vector_cases(rng, hidden, MAX_KINDS), _truth(torch.max),
-                  returns="number", hidden=hidden, tolerance=_dtype_tolerance, hint=_max_hint)
+                  returns="number", hidden=hidden, compare=_in_format, hint=_max_hint)
 
 
 @check(points=2)
@@ -124,7 +171,7 @@ def row_sums(student, rng, hidden):
     """row_sums(a, dtype) returns the sum of each row, for rows shorter and longer than a block."""
     cases = _matrix_cases(rng, hidden, ("positive",))
     compare_cases(student, "row_sums", cases, _truth(lambda a: a.sum(dim=1)), returns="array", hidden=hidden,
-                  tolerance=_dtype_tolerance, hint=_sum_hint)
+                  tolerance=_dtype_tolerance, dtype=_format, hint=_sum_hint)
 
 
 @check(points=2)
@@ -132,7 +179,7 @@ def row_max(student, rng, hidden):
     """row_max(a, dtype) returns the largest element of each row, for rows of negative numbers and of -inf too."""
     cases = _matrix_cases(rng, hidden, MAX_KINDS)
     compare_cases(student, "row_max", cases, _truth(lambda a: a.amax(dim=1)), returns="array", hidden=hidden,
-                  tolerance=_dtype_tolerance, hint=_max_hint)
+                  tolerance=_dtype_tolerance, dtype=_format, hint=_max_hint)
 
 
 def _raises_value_error(student, function, why, **case):
@@ -166,6 +213,32 @@ def empty_inputs(student, rng, hidden):
             if got.shape != (0,):
                 raise CheckFailure(f"{function} of a {dtype} matrix of shape (0, 4) returned an array of shape "
                                    f"{got.shape}; a matrix without rows has no row results: shape (0,)")
+
+
+PASSES_N = 2**13 + 3  # 65 blocks of the notebook's 128: the first pass has many programs to spread over
+MIN_PROGRAMS = 8  # the reference's first pass in the interpreter runs 16
+
+
+@check(points=1)
+def vector_sum_passes(student, rng, hidden):
+    """vector_sum spreads its first pass over many programs and adds no partial sum with an atomic (its launches
+    counted in the grader's Triton interpreter)."""
+    x = as_sent(_values(rng, PASSES_N, "positive"), "fp32")
+    value, launches = student.profiled_call("vector_sum", x=x, dtype="fp32", returns="number", dialect="triton")
+    assert_close(value, _truth(torch.sum)(x=x, dtype="fp32"), rtol=tolerance("fp32")[0],
+                 where=f"vector_sum of {PASSES_N} float32 elements")
+    if not launches:
+        raise CheckFailure(f"vector_sum of {PASSES_N} elements launched no Triton kernel: reduce in your kernels")
+    if any(launch["atomics"] for launch in launches):
+        raise CheckFailure("vector_sum adds partial sums with atomics, in whatever order the programs finish, so a "
+                           "float sum changes from run to run (the interpreter runs them in order and hides it): "
+                           "store each program's partial sum and reduce them in a second pass.")
+    first = launches[0]
+    if first["programs"] < MIN_PROGRAMS:
+        walk = "s, which walk" if first["programs"] > 1 else ", which walks"
+        raise CheckFailure(f"the first pass of vector_sum over {PASSES_N} elements runs {first['programs']} "
+                           f"program{walk} the whole vector while the GPU's other multiprocessors idle: launch "
+                           "cdiv(n, BLOCK) programs and reduce their partial results in further passes.")
 
 
 # Speed, on a GPU ------------------------------------------------------------------------------------------------------

@@ -28,7 +28,10 @@
 # `BLOCK` must be a power of two known when the kernel compiles (`tl.constexpr`), so the last
 # block of an array of `n` elements is usually partial. The **mask** keeps its loads in bounds,
 # and `other=` is what the masked lanes hold. For a sum that is 0; for a maximum it must be
-# $-\infty$: with 0, the maximum of a row of negative numbers comes out 0.
+# $-\infty$: with 0, the maximum of a row of negative numbers comes out 0. (Without the mask,
+# a GPU reads or writes whatever lies past the tensor; here, where importing `aisys.tensors`
+# makes the interpreter check every address, the launch stops with an `IndexError` naming the
+# kernel's line.)
 #
 # On a CPU the kernels run in Triton's **interpreter** (`TRITON_INTERPRET=1`, set before
 # `triton` is imported), which executes each program in turn with numpy: about half a
@@ -272,6 +275,18 @@ check("row_max", hidden=True)
 check("empty_inputs")
 ### BEGIN HIDDEN TESTS
 check("empty_inputs", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# And the shape of `vector_sum`: the grader runs it again in Triton's interpreter, on 8195
+# elements, and counts its launches. The first pass must spread over many programs (one program
+# looping over the whole vector leaves every other multiprocessor idle), and no partial sum may
+# be added with `tl.atomic_add`.
+
+# %% tags=["check"]
+check("vector_sum_passes")
+### BEGIN HIDDEN TESTS
+check("vector_sum_passes", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]

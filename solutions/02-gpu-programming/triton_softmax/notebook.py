@@ -227,6 +227,19 @@ check("softmax_online_stable", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# The point of both kernels is what they read. The grader runs `softmax_rows` and
+# `softmax_online(x, 128, "fp32")` again in Triton's interpreter, on a 2 x 1000 matrix, and
+# counts the elements their loads and stores touch: the fused kernel must read and write each
+# element once, the online one read it at most twice (three passes, max then sum then write,
+# read it three times) in blocks of at most `block` elements.
+
+# %% tags=["check"]
+check("softmax_passes")
+### BEGIN HIDDEN TESTS
+check("softmax_passes", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## 3. On a GPU
 #
 # Softmax moves $2 \cdot rows \cdot cols$ elements (one read, one write) and does a handful of

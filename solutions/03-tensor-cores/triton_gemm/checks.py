@@ -16,9 +16,16 @@ is 0.63 of the tolerance (bfloat16's truncation). A float16 sum past 65504 is
 inf: `matmul_fp32_accumulator` has long K on positive data and such sums.
 
 Every matrix lies at the start of a buffer whose tail holds the dtype's
-largest number (aisys.tensors.to_device), so a missing mask on K shows.
-A missing mask on M or N at the loads cannot show in the result: those rows and
-columns only feed elements that the masked store drops.
+largest number (aisys.tensors.to_device), so on a GPU a missing mask on K
+shows; in Triton's interpreter every load and store past a tensor is an error
+(aisys.triton_interpreter), a missing mask on M or N too, though those rows and
+columns only feed elements that the masked store drops. The product must come
+back in the data's dtype (bf16 as float32 holding bf16 values).
+
+`matmul_tiles` runs matmul in the grader's Triton interpreter (the clean room)
+and counts its launch: one program per tile, every multiply-add in tl.dot (the
+Tensor Cores' instruction), and each program reading its panel of A and of B
+once.
 """
 
 import numpy as np
@@ -29,7 +36,7 @@ from aisys.triton_kernels import matmul as reference  # noqa: F401  the answer k
 from aisys.tensors import TORCH_DTYPES
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure, assert_close, describe, shown, unredacted
+from aisys_grader.compare import FORMATS, CheckFailure, assert_close, describe, shown, unredacted
 from aisys_grader.low_precision import as_sent
 
 
@@ -98,6 +105,8 @@ def _hint(case, got, expected):
     rtol, atol = _tolerance(a, b, dtype)
     if got.shape != expected.shape:
         return "Return the (M, N) product: C has a's rows and b's columns."
+    if got.dtype != np.dtype(FORMATS[dtype]):
+        return "Allocate C in the inputs' dtype (dtype=a.dtype): the store rounds the float32 accumulator to it."
     got, expected = got.astype(np.float64), expected.astype(np.float64)
     if (~np.isfinite(got)).any():
         return ("inf or NaN where the product is finite: a float16 accumulator overflows past 65504 (accumulate in "
@@ -121,8 +130,8 @@ def _hint(case, got, expected):
 def _products(student, cases, hidden):
     """The student's matmul on each case against the true product, within the tolerance for that case."""
     compare_cases(student, "matmul", cases, lambda a, b, dtype, config: _expected(a, b, dtype), returns="array",
-                  hidden=hidden, tolerance=lambda case: _tolerance(case["a"], case["b"], case["dtype"]), hint=_hint,
-                  call=_describe)
+                  hidden=hidden, tolerance=lambda case: _tolerance(case["a"], case["b"], case["dtype"]),
+                  dtype=lambda case: case["dtype"], hint=_hint, call=_describe)
 
 
 def _case(rng, M, N, K, dtype, config, kind="normal"):
@@ -300,6 +309,36 @@ def matmul_every_config(student, rng, hidden):
             dtype = str(rng.choice(DTYPES))
         cases.append(_case(rng, *shape, dtype, config))
     _products(student, cases, hidden)
+
+
+TILES_SHAPE, TILES_CONFIG = (40, 40, 64), _config(16, 16, 16, 2)  # 3 x 3 tiles, the last row and column ragged
+
+
+@check(points=2)
+def matmul_tiles(student, rng, hidden):
+    """matmul runs one program per tile of C, does every multiply-add in tl.dot and reads each program's panels of
+    A and B once (counted in the grader's Triton interpreter)."""
+    (M, N, K), config = TILES_SHAPE, TILES_CONFIG
+    case = _case(rng, M, N, K, "fp16", config)
+    got, launches = student.profiled_call("matmul", returns="array", dialect="triton", **case)
+    # the product, loosely: the run counted must compute it; its precision is the other checks' business
+    rtol, atol = (16 * t for t in _tolerance(case["a"], case["b"], "fp16"))
+    assert_close(got, _expected(case["a"], case["b"], "fp16"), rtol=rtol, atol=atol, where=_describe(case))
+    if len(launches) != 1:
+        raise CheckFailure(f"{_describe(case)} runs {len(launches)} Triton kernels: compute C in one launch.")
+    (launch,) = launches
+    tiles_m, tiles_n = -(-M // config["BLOCK_M"]), -(-N // config["BLOCK_N"])
+    if launch["programs"] != tiles_m * tiles_n:
+        raise CheckFailure(f"{_describe(case)} runs {launch['programs']} programs for {tiles_m} x {tiles_n} tiles of "
+                           "C: launch one program per BLOCK_M x BLOCK_N tile, which loops over K.")
+    if launch["dot_macs"] < M * N * K:
+        raise CheckFailure(f"{_describe(case)} does {launch['dot_macs']} of its {M * N * K} multiply-adds in tl.dot: "
+                           "products summed with tl.sum run on the ordinary arithmetic units; tl.dot of a tile of A "
+                           "by a tile of B is what Triton turns into Tensor Core instructions.")
+    panels = tiles_n * M * K + tiles_m * K * N  # each program: its BLOCK_M rows of A and BLOCK_N columns of B, once
+    if launch["loaded"] > panels:
+        raise CheckFailure(f"{_describe(case)} loads {launch['loaded']} elements where one pass of each program over "
+                           f"its panels of A and B loads {panels}: load each tile of A and of B once per step of K.")
 
 
 # Speed, on a GPU ------------------------------------------------------------------------------------------------------

@@ -275,6 +275,19 @@ check("matmul_fp32_accumulator", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# What makes it a Tensor Core GEMM is its shape, which the grader counts by running `matmul`
+# again in Triton's interpreter on a 40 x 40 x 64 `float16` product in 16 x 16 x 16 tiles: one
+# program per tile of $C$, every multiply-add in `tl.dot` (a sum of elementwise products with
+# `tl.sum` is right, but runs on the ordinary arithmetic units), and each program loading its
+# row panel of $A$ and column panel of $B$ once.
+
+# %% tags=["check"]
+check("matmul_tiles")
+### BEGIN HIDDEN TESTS
+check("matmul_tiles", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## 3. Autotuning: tiles that fit an H100
 #
 # The best tile depends on the shape and the GPU: large tiles do more math per byte loaded,

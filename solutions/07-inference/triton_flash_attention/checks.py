@@ -5,9 +5,14 @@ as the student receives them (rounded to their dtype): every score, the bottom-r
 mask, out and the natural log-sum-exp of each row. On a CPU the kernel runs in Triton's
 interpreter on float32 with the launcher's 16 x 16 blocks: head sizes 16 and 32, lengths on
 both sides of a block (1, 15, 16, 17, 40), Tq < Tk (decode and chunks) when causal, and scores
-near +-1000 where exp overflows float32. A GPU-only check (skipped elsewhere) runs bfloat16 and
-float16 at head sizes 64 and 128, Tq == Tk, against the same float64 truth, within the error
-torch's own scaled_dot_product_attention makes in that dtype.
+near +-1000 where exp overflows float32, and, on every seed, rows whose scores all lie below
+-200 (a running max that starts at 0 instead of -inf makes every exp2 0 there). A GPU-only check
+(skipped elsewhere) runs bfloat16 and float16 at head sizes 64 and 128, Tq == Tk, against the
+same float64 truth, within the error torch's own scaled_dot_product_attention makes in that dtype.
+
+`flash_forward_tiles` runs the kernel in the grader's Triton interpreter (the clean room) and
+counts its tl.dot multiply-adds: one pass over the keys, and a causal prefill skipping the key
+blocks past each tile's last query.
 """
 
 import math
@@ -23,6 +28,7 @@ from aisys_grader.low_precision import as_sent
 TOLERANCE = {"fp32": (1e-4, 1e-5), "fp16": (0.0, 2e-3), "bf16": (0.0, 2e-2)}  # out; lse is compared with rtol 1e-4
 LARGE = 1000.0
 LARGE_TOLERANCE = (2e-3, 2e-3)  # scores ~1e3 in float32 are rounded by ~1e-4, and p = exp2(s - m) with them
+NEGATIVE = 100.0  # q . k / sqrt(hs) below -NEGATIVE x (1 + 1) = -200 for every key: exp2 of it is 0 in float32
 
 
 def _truth(q, k, v, causal):
@@ -38,7 +44,10 @@ def _truth(q, k, v, causal):
 def _case(rng, batch, heads, t_q, t_k, hs, causal, dtype, large=False):
     q, k, v = rng.standard_normal((batch, heads, t_q, hs)), *(rng.standard_normal((batch, heads, t_k, hs))
                                                                for _ in range(2))
-    if large:
+    if large == "negative":  # every score below -200: keys of positive entries, queries of negative ones
+        k = 1 + np.abs(k)
+        q = -NEGATIVE * math.sqrt(hs) / hs * (1 + 0.1 * np.abs(q))
+    elif large:
         q *= LARGE
         q[:, :, 0] = k[:, :, 0] * (2 * LARGE * math.sqrt(hs) / (k[:, :, 0] ** 2).sum(-1, keepdims=True))  # a 2000
     return {"q": as_sent(q, dtype), "k": as_sent(k, dtype), "v": as_sent(v, dtype), "causal": causal, "dtype": dtype}
@@ -49,8 +58,9 @@ def _hint(case, got, expected):
         return "The launcher returns [out, lse]: keep it as provided."
     out, lse = got
     if not np.isfinite(out).all():
-        return ("inf or NaN: subtract the running max before exp2 (exp overflows float32 past 88.7), and mask the "
-                "scores of keys past T_K and (causal) after the query with -inf, never a row with no key at all.")
+        return ("inf or NaN: subtract the running max before exp2 (exp overflows float32 past 88.7), start it at "
+                "-inf (from 0, a row whose scores are all below -150 gets exp2(s - 0) = 0 everywhere and l_i = 0), "
+                "and mask the scores of keys past T_K and (causal) after the query with -inf.")
     rtol, atol = TOLERANCE[case["dtype"]]
     if np.allclose(out, expected[0], rtol=rtol, atol=atol):
         return ("out is right, lse is not: store the natural log-sum-exp (m_i + log2(l_i)) * ln 2; m_i and the "
@@ -107,7 +117,8 @@ def flash_forward_large_logits(student, rng, hidden):
     else:
         plan = [(1, 1, 1, 1, 16, True), (1, 2, 48, 48, 32, True), (2, 1, 16, 16, 16, False),
                 (1, 1, 20, 37, 16, True)]
-    _attends(student, [_case(rng, *p, "fp32", large=True) for p in plan], hidden, large=True)
+    negative = [_case(rng, 1, 1, 20, 37, 16, causal, "fp32", large="negative") for causal in (False, True)]
+    _attends(student, [_case(rng, *p, "fp32", large=True) for p in plan] + negative, hidden, large=True)
 
 
 @check(points=2)
@@ -121,6 +132,34 @@ def flash_forward_gpu(student, rng, hidden):
                 (1, 2, 129, 129, 64, False, "bf16"), (1, 4, 513, 513, 128, True, "fp16"),
                 (1, 2, 64, 700, 128, False, "bf16")]
     _attends(student, [_case(rng, *p) for p in plan], hidden)
+
+
+TILES_T, TILES_HS = 64, 16  # a prefill of 4 x 4 blocks of 16 in the interpreter's launcher
+
+
+@check(points=2)
+def flash_forward_tiles(student, rng, hidden):
+    """The kernel passes once over the keys (two tl.dots per key block) and, causal, skips the key blocks past each
+    tile's last query (its tl.dot multiply-adds counted in the grader's Triton interpreter)."""
+    work = {}
+    for causal in (False, True):
+        case = _case(rng, 1, 1, TILES_T, TILES_T, TILES_HS, causal, "fp32")
+        got, launches = student.profiled_call("flash_attention", returns="list", dialect="triton", **case)
+        expected = _truth(case["q"], case["k"], case["v"], causal)
+        assert_close(got[0] if len(got) == 2 else got, expected[0], rtol=TOLERANCE["fp32"][0],
+                     atol=TOLERANCE["fp32"][1], where=f"out of a {'causal ' * causal}{TILES_T}-token prefill")
+        work[causal] = sum(launch["dot_macs"] for launch in launches)
+    one_pass = 2 * TILES_T * TILES_T * TILES_HS  # q k^T and p v, each T x T x hs
+    if work[False] > one_pass:
+        raise CheckFailure(f"flash_attention on a {TILES_T}-token prefill does {work[False] / one_pass:.2g} x the "
+                           "tl.dot multiply-adds of one pass over the keys (q k^T and p v once per key block): keep "
+                           "a running max and sum and rescale acc as the max grows (the online softmax) instead of "
+                           "passing over the keys again.")
+    if work[True] > 0.7 * work[False]:
+        raise CheckFailure(f"causal flash_attention on a {TILES_T}-token prefill does {work[True] / work[False]:.0%} "
+                           "of the non-causal one's tl.dot work: the key blocks past a tile's last query are all "
+                           "masked; end the loop at min(T_K, T_K - T_Q + (tile + 1) * BLOCK_M), which about halves "
+                           "a prefill's work.")
 
 
 # Speed, on a GPU ------------------------------------------------------------------------------------------------------

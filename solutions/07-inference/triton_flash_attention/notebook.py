@@ -154,7 +154,7 @@ def flash_attention(q, k, v, causal, dtype):
                                      PRECISION="ieee" if q.dtype == torch.float32 else None,
                                      num_warps=warps, num_stages=stages)
     except Exception as error:  # Triton wraps what the kernel raises: say plainly that the kernel is still empty
-        if "NotImplementedError" in repr(error.__cause__) + str(error):
+        if "NotImplementedError" in str(error):
             raise NotImplementedError("flash_attention_kernel is not written yet") from error
         raise
     return [to_numpy(out.reshape(batch, heads, t_q, head_size)), to_numpy(lse.reshape(batch, heads, t_q))]
@@ -195,6 +195,18 @@ check("flash_forward_causal", hidden=True)
 check("flash_forward_large_logits")
 ### BEGIN HIDDEN TESTS
 check("flash_forward_large_logits", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# What makes it FlashAttention is the work it does, which the grader counts by running
+# `flash_attention` again in Triton's interpreter on a 64-token prefill: one pass over the
+# keys (two `tl.dot`s per block of keys, no first pass for the maximum), and, when causal,
+# no key block past a tile's last query, which makes a causal prefill about half the work.
+
+# %% tags=["check"]
+check("flash_forward_tiles")
+### BEGIN HIDDEN TESTS
+check("flash_forward_tiles", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
