@@ -1,10 +1,12 @@
-"""The reduction reference: block sums by a tree and by shuffles, a whole sum in two passes, and how each runs."""
+"""The reduction reference: block sums by a tree and by shuffles, a whole sum in two passes, and how each runs;
+and what the exercise's checks read from a wrong result."""
 
 import numpy as np
 import pytest
 
 from aisys import simt
 from aisys.cuda_kernels.reduction import BLOCK, MAX_BLOCKS, block_sums_shuffle, block_sums_tree, reduce_sum
+from aisys_grader import InProcessStudent, checks_for, run
 
 STAGES = [block_sums_tree, block_sums_shuffle]
 
@@ -91,7 +93,6 @@ def test_reduce_sum_takes_two_launches_of_many_blocks_then_one():
 # The checks' hints: what a wrong result shows, recognised from the result (students made of numpy) --------------
 
 def _graded(check: str, **functions) -> str:
-    from aisys_grader import InProcessStudent, checks_for, run
     result = run(checks_for("02-gpu-programming/reduction")[check], InProcessStudent(functions), hidden=True, seed=1)
     assert result.failed
     return result.message
