@@ -14,6 +14,7 @@ import torch
 from aisys import cuda_c, ptx
 from aisys.cuda_c import reduction, softmax, transpose
 from aisys_grader import wrong
+from aisys_grader.exercise import find
 from run_solutions import ROOT  # not notebooks: the GPU tests run where the notebook tool chain is missing
 
 EXERCISE = "02-gpu-programming/cuda_c"
@@ -176,3 +177,12 @@ def test_transpose_is_exact(shape):
 def test_references_return_on_the_device_of_their_input():
     assert reduction.vector_sum(torch.ones(5)).device.type == "cpu"
     assert torch.equal(transpose.transpose(torch.arange(6.0).reshape(2, 3)), torch.arange(6.0).reshape(2, 3).T)
+
+
+@pytest.mark.parametrize("times, said", [(2.0, "added more than once"), (0.5, "never added"), (1.001, "drifted")])
+def test_the_sum_hint_says_what_a_wrong_sum_of_equal_values_shows(times, said):
+    """Without a GPU: the hint alone, on the sum's first case (equal values) and results it might get."""
+    checks = importlib.import_module(find(EXERCISE).module)
+    x = np.full(checks.EQUAL[0], checks.EQUAL[1], np.float32)
+    exact = float(x.sum(dtype=np.float64))
+    assert said in checks._sum_hint({"x": x}, times * exact, exact)

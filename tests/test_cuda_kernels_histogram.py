@@ -1,10 +1,12 @@
-"""The privatised histogram reference: exact counts, one global atomic per bin per block, no races."""
+"""The privatised histogram reference: exact counts, one global atomic per bin per block, no races; and what the
+exercise's check reads from wrong counts."""
 
 import numpy as np
 import pytest
 
 from aisys import simt
 from aisys.cuda_kernels.histogram import BINS_MAX, histogram
+from aisys_grader import InProcessStudent, checks_for, run
 
 
 @pytest.mark.parametrize("n, bins", [(0, 4), (1, 1), (33, 32), (1000, 7), (3000, 256)])
@@ -36,3 +38,19 @@ def test_global_atomics_are_one_per_bin_per_block():
     assert sum(line["requests"] for line in global_lines) == blocks  # 16 bins: one warp per block flushes them
     assert sum(line["operations"] for line in global_lines) == blocks * 16  # every bin of every block is used
     assert report["errors"] == []
+
+
+def _graded(histogram) -> str:
+    result = run(checks_for("02-gpu-programming/histogram")["histogram"], InProcessStudent({"histogram": histogram}),
+                 hidden=True, seed=1)
+    assert result.failed
+    return result.message
+
+
+@pytest.mark.parametrize("counts, said", [
+    (lambda values, bins: 2 * np.bincount(values, minlength=bins), "counted more than once"),
+    (lambda values, bins: np.bincount(values[1:], minlength=bins), "add up to fewer"),
+    (lambda values, bins: np.bincount(values, minlength=bins) + 0x7F7F7F7F, "started from whatever shared memory"),
+    (lambda values, bins: np.bincount(values, minlength=bins).astype(np.float32), "expected an integer array")])
+def test_the_histogram_check_says_what_wrong_counts_show(counts, said):
+    assert said in _graded(counts)

@@ -1,10 +1,12 @@
-"""The reduction reference: block sums by a tree and by shuffles, a whole sum in two passes, and how each runs."""
+"""The reduction reference: block sums by a tree and by shuffles, a whole sum in two passes, and how each runs;
+and what the exercise's checks read from a wrong result."""
 
 import numpy as np
 import pytest
 
 from aisys import simt
 from aisys.cuda_kernels.reduction import BLOCK, MAX_BLOCKS, block_sums_shuffle, block_sums_tree, reduce_sum
+from aisys_grader import InProcessStudent, checks_for, run
 
 STAGES = [block_sums_tree, block_sums_shuffle]
 
@@ -86,3 +88,41 @@ def test_reduce_sum_takes_two_launches_of_many_blocks_then_one():
         assert reduce_sum(np.ones(2**14 + 3, np.int32)) == 2**14 + 3
     assert [launch["grid"][0] for launch in launches] == [MAX_BLOCKS, 1]
     assert all(launch["errors"] == [] and launch["global"]["efficiency"] == 1.0 for launch in launches)
+
+
+# The checks' hints: what a wrong result shows, recognised from the result (students made of numpy) --------------
+
+def _graded(check: str, **functions) -> str:
+    result = run(checks_for("02-gpu-programming/reduction")[check], InProcessStudent(functions), hidden=True, seed=1)
+    assert result.failed
+    return result.message
+
+
+def _sums_of(part):
+    """Block sums of only `part` of each block (x[::2] or x[:BLOCK // 2] of each), in x's dtype."""
+    def block_sums(x):
+        padded = np.zeros(-(-x.size // BLOCK) * BLOCK, x.dtype)
+        padded[:x.size] = x
+        return part(padded.reshape(-1, BLOCK)).sum(axis=1, dtype=x.dtype)
+    return block_sums
+
+
+@pytest.mark.parametrize("part, said", [(lambda b: b[:, ::2], "stopped one level short"),
+                                        (lambda b: b[:, :BLOCK // 2], "started one level short")])
+def test_a_tree_one_level_short_is_named(part, said):
+    assert said in _graded("block_sums_tree", block_sums_tree=_sums_of(part))
+    assert said in _graded("block_sums_shuffle", block_sums_shuffle=_sums_of(part))
+
+
+def test_integer_sums_rounded_through_float32_are_named():
+    def through_float32(x):
+        return _block_sums(x.astype(np.float32).astype(np.float64)).astype(np.float32).astype(x.dtype)
+    assert "rounded, as float32" in _graded("block_sums_tree", block_sums_tree=through_float32)
+
+
+@pytest.mark.parametrize("total, said", [
+    (lambda x: 2 * x.sum(dtype=x.dtype), "added more than once"),
+    (lambda x: x[::2].sum(dtype=x.dtype), "never added"),
+    (lambda x: np.cumsum(x, dtype=x.dtype)[-1] if x.size else x.dtype.type(0), "drifted")])  # one by one
+def test_what_a_wrong_sum_of_equal_values_shows_is_named(total, said):
+    assert said in _graded("reduce_sum", reduce_sum=total)

@@ -1,10 +1,12 @@
-"""The vector_add reference: exact sums of any length from a fixed grid, coalesced, without a launch for n = 0."""
+"""The vector_add reference: exact sums of any length from a fixed grid, coalesced, without a launch for n = 0; and
+what the exercise's check reads from a wrong result."""
 
 import numpy as np
 import pytest
 
 from aisys import simt
 from aisys.cuda_kernels.vector_add import MAX_BLOCKS, THREADS, vector_add
+from aisys_grader import InProcessStudent, checks_for, run
 
 
 @pytest.mark.parametrize("n", [1, 31, 33, THREADS, MAX_BLOCKS * THREADS, MAX_BLOCKS * THREADS + 1, 5000])
@@ -42,3 +44,13 @@ def test_the_grid_is_fixed_and_every_access_coalesced():
 def test_vector_add_rejects_what_it_cannot_do(x, y):
     with pytest.raises(ValueError, match="x and y must be"):
         vector_add(x, y)
+
+
+@pytest.mark.parametrize("add, said", [
+    (lambda x, y: np.where(np.arange(x.size) % 512 < 128, x + y, 0).astype(x.dtype), "only the first block"),
+    (lambda x, y: np.where(np.arange(x.size) < 512, x + y, 0).astype(x.dtype), "stopped before the end"),
+    (lambda x, y: (x + y).astype(np.float64), "keeps the dtype")])
+def test_the_vector_add_check_says_what_wrong_elements_show(add, said):
+    result = run(checks_for("02-gpu-programming/vector_add")["vector_add"], InProcessStudent({"vector_add": add}),
+                 hidden=True, seed=1)
+    assert result.failed and said in result.message

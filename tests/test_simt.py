@@ -151,6 +151,12 @@ def half_warp_shuffle(out):
 
 
 @cuda.jit
+def shuffle_with_half_mask(out):
+    lane = cuda.threadIdx.x
+    out[lane] = cuda.shfl_down_sync(0xFFFF, lane, 1)  # every lane calls it; the mask names lanes 0..15 only
+
+
+@cuda.jit
 def collectives(out):
     lane = cuda.threadIdx.x
     out[0, lane] = cuda.shfl_down_sync(0xFFFFFFFF, lane * 10, 3)
@@ -340,6 +346,13 @@ def test_collective_with_missing_lanes_is_reported_not_hung():
     report = run(half_warp_shuffle, 1, 32, np.zeros(32, np.int32))
     (error,) = report["errors"]
     assert error["kind"] == "warp" and "16..31" in error["message"]
+
+
+def test_collective_called_by_a_lane_outside_its_mask_is_reported():
+    report = run(shuffle_with_half_mask, 1, 32, np.zeros(32, np.int32))
+    (error,) = report["errors"]
+    assert error["kind"] == "warp" and error["count"] == 1
+    assert "lane(s) 16..31 of warp 0" in error["message"] and "0x0000ffff" in error["message"]
 
 
 def test_warp_collectives_follow_cuda_semantics():

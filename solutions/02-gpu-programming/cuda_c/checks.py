@@ -3,9 +3,12 @@
 GPU only: every check first calls `require_gpu(cupy=True)`, so without a GPU (or without
 CuPy) it reports "skipped: needs a GPU (...)", neither passed nor failed, and the grading
 engine records no grade for the notebook. Student functions take and return numpy
-arrays; the truth is numpy in float64. Hidden cases cover one element, either side of a
-warp and of a block, ragged tiles, empty inputs, and sizes large enough that many blocks
-run at once, which is where a missing barrier shows on a real GPU.
+arrays (float32 ones: their dtype is checked too); the truth is numpy in float64. Hidden
+cases cover one element, either side of a warp and of a block, ragged tiles, empty inputs,
+and sizes large enough that many blocks run at once, which is where a missing barrier
+shows on a real GPU. The sum's first case, on every seed, is 2**17 copies of 0.1: one
+float32 total adding them one by one (an atomicAdd per element) drifts 100 times past the
+tolerance, and a wrong sum of equal values tells how many of them it holds.
 """
 
 import numpy as np
@@ -22,6 +25,7 @@ from aisys_grader.compare import unredacted
 BLOCK = sum_reference.BLOCK  # threads per block of the sum; the notebook fixes the same numbers
 FULL_PASS = BLOCK * sum_reference.MAX_BLOCKS  # pass 1 has one element per thread up to here; then a grid-stride loop
 SUM_ERROR = 1e-5  # a float32 sum may differ from the exact one by this fraction of sum(|x|)
+EQUAL = (2**17, 0.1)  # the sum's first case: this many copies of a value float32 cannot hold exactly
 ROW_BLOCK = softmax_reference.BLOCK  # threads per row of the softmax
 TILE = transpose_reference.TILE
 
@@ -29,6 +33,8 @@ TILE = transpose_reference.TILE
 # Sum ----------------------------------------------------------------------------------------------------------------
 
 def _vector(rng, n, kind):
+    if kind == "equal":
+        return np.full(n, EQUAL[1], np.float32)
     if kind == "normal":
         return rng.standard_normal(n).astype(np.float32)
     return rng.random(n, dtype=np.float32)  # positive: float32 precision is then relative to the sum itself
@@ -38,9 +44,9 @@ def _vector(rng, n, kind):
 def cuda_sum(student, rng, hidden):
     """cuda_sum(x) returns the sum of a float32 vector of any length, empty and 2**22 + 7 elements included."""
     require_gpu(cupy=True)
-    cases = [(1000, "uniform"), (1, "normal"), (257, "normal")]
+    cases = [(EQUAL[0], "equal"), (1000, "uniform"), (1, "normal"), (257, "normal")]
     if hidden:
-        cases = [(n, "normal") for n in (0, 1, 31, 32, 33, BLOCK - 1, BLOCK, BLOCK + 1)]
+        cases = [(EQUAL[0], "equal")] + [(n, "normal") for n in (0, 1, 31, 32, 33, BLOCK - 1, BLOCK, BLOCK + 1)]
         cases += [(int(rng.integers(2, 5000)), "normal"), (int(rng.integers(5000, 300_000)), "uniform"),
                   (FULL_PASS, "uniform"), (FULL_PASS + 1, "uniform"), (2**22 + 7, "uniform")]
     compare_cases(student, "cuda_sum", [{"x": _vector(rng, n, kind)} for n, kind in cases],
@@ -53,6 +59,18 @@ def _sum_allowed(x) -> float:
 
 
 def _sum_hint(case, got, expected) -> str:
+    x = case["x"]
+    if isinstance(got, (int, float)) and x.size > 1 and (x == x[0]).all():
+        count = float(got) / float(x[0])  # how many of the values the sum holds
+        held = unredacted(f" (about {count:.0f} of {x.size})")
+        if count > 1.01 * x.size:  # a drift of rounding stays well within 1 %
+            return (f"On equal values your sum holds more of them than there are{held}: elements were added "
+                    f"more than once (a grid-stride loop steps by gridDim.x * BLOCK)")
+        if count < 0.99 * x.size:
+            return (f"On equal values your sum holds fewer of them than there are{held}: some were never added "
+                    f"(a tree level or a shuffle step missing, or partial sums left out)")
+        return ("On equal values your sum drifted: every addition to one large float32 total rounds, the same "
+                "way each time (an atomicAdd per element). Add in registers and a tree, then one number per block")
     return (f"Float32 addition in another order may differ from the exact sum by {SUM_ERROR:g} of sum(|x|)"
             + unredacted(f", {_sum_allowed(case['x']):.3g} here"))
 
@@ -76,7 +94,7 @@ def cuda_softmax(student, rng, hidden):
                   (7, 5000), (300, 67), (0, 10), (3, 0)]
         shapes += [(int(rng.integers(1, 50)), int(rng.integers(2, 3000))) for _ in range(2)]
     cases = [{"x": (3 * rng.standard_normal(shape)).astype(np.float32)} for shape in shapes]
-    compare_cases(student, "cuda_softmax", cases, _softmax, returns="array", hidden=hidden)
+    compare_cases(student, "cuda_softmax", cases, _softmax, returns="array", hidden=hidden, dtype="reference")
 
 
 def _extreme_rows(rng, rows, cols):
@@ -99,7 +117,8 @@ def cuda_softmax_stable(student, rng, hidden):
     if hidden:
         shapes = [(1, 1), (2, 33), (4, ROW_BLOCK + 1), (3, 3000), (64, int(rng.integers(2, 600)))]
         arrays = [big, one_hot, -big] + [_extreme_rows(rng, rows, cols) for rows, cols in shapes]
-    compare_cases(student, "cuda_softmax", [{"x": x} for x in arrays], _softmax, returns="array", hidden=hidden)
+    compare_cases(student, "cuda_softmax", [{"x": x} for x in arrays], _softmax, returns="array", hidden=hidden,
+                  dtype="reference")
 
 
 # Transpose ----------------------------------------------------------------------------------------------------------
@@ -115,7 +134,7 @@ def cuda_transpose(student, rng, hidden):
         shapes += [tuple(int(s) for s in rng.integers(1500, 2500, size=2))]  # thousands of blocks at once
     cases = [{"a": rng.standard_normal(shape).astype(np.float32)} for shape in shapes]
     compare_cases(student, "cuda_transpose", cases, lambda a: np.ascontiguousarray(a.T), returns="array",
-                  hidden=hidden, tolerance=(0, 0))  # a transpose moves bits
+                  hidden=hidden, tolerance=(0, 0), dtype="reference")  # a transpose moves bits
 
 
 # Speed, on a GPU ------------------------------------------------------------------------------------------------------

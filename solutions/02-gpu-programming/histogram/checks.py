@@ -1,8 +1,10 @@
 """Checks: exact counts, privatised bins in shared memory, no races.
 
-The correctness check compares with np.bincount; hidden cases cover no input,
-one element, odd sizes, one bin and 256, skewed data (every element in one
-bin, the worst case for atomics) and one large input. The pattern checks run
+The correctness check compares with np.bincount, in an integer array; hidden
+cases cover no input, one element, odd sizes, one bin and 256, skewed data
+(every element in one bin, the worst case for atomics) and one large input.
+Counts that add up to more or fewer than the number of values say what went
+wrong, and the message says it. The pattern checks run
 the student's function in the simulator and compare its launch reports with
 the reference's on the same input.
 """
@@ -15,7 +17,7 @@ import numpy as np
 from aisys.cuda_kernels import histogram as reference
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure
+from aisys_grader.compare import CheckFailure, assert_close, unredacted
 from aisys_grader.launches import errors_message, lines, profiled, reference_launches, where
 
 
@@ -23,6 +25,7 @@ from aisys_grader.launches import errors_message, lines, profiled, reference_lau
 PATTERN_CASE = (16_389, 16)  # (n, bins)
 # Ragged: bins not a multiple of a warp, n not a multiple of a block.
 RACE_CASE = (3_001, 100)
+GARBAGE = 1024  # a count over this many times the true one was never zeroed: no loop counts an element that often
 ALLOWED = 4  # global atomics, as a multiple of the reference's: room for a larger grid, not one per element
 
 
@@ -45,7 +48,37 @@ def histogram(student, rng, hidden):
                  (1000, 1, False), (4_097, 256, True), (2**16 + 7, 256, False)]
         cases += [(int(rng.integers(2, 3000)), int(rng.integers(1, 257)), False) for _ in range(2)]
     cases = [{"values": _values(rng, n, bins, skewed), "bins": bins} for n, bins, skewed in cases]
-    compare_cases(student, "histogram", cases, _truth, returns="array", hidden=hidden)
+    compare_cases(student, "histogram", cases, _truth, returns="array", hidden=hidden, compare=_counts, hint=_hint)
+
+
+def _counts(got, expected, case) -> None:
+    """Counts are integers (any integer dtype: np.bincount's is int64, a kernel's int32) equal to np.bincount's."""
+    if isinstance(got, np.ndarray) and got.dtype.kind not in "iu":
+        raise CheckFailure(f"result: expected an integer array of counts, got dtype {got.dtype}")
+    assert_close(got, expected)
+
+
+def _hint(case, got, expected) -> str:
+    """What the counts show: a float dtype, bins never zeroed, elements counted twice or never."""
+    n = case["values"].size
+    if not isinstance(got, np.ndarray) or got.shape != expected.shape:
+        return ""
+    if got.dtype.kind not in "iu":
+        return "Count in int32, in shared memory and in the result: a float count is not a count"
+    if (got < 0).any() or (got > GARBAGE * expected).any():
+        return ("Some counts are below 0 or far above their bins' true counts: the bins started from whatever "
+                "shared memory held. Zero them, then cuda.syncthreads(), before counting")
+    total = int(got.sum())
+    counted = unredacted(f" ({total} for {n} values)")
+    if total > n:
+        return (f"Your counts add up to more than there are values{counted}: elements were counted more than "
+                f"once. A grid-stride loop steps by the whole grid, cuda.gridsize(1) = gridDim.x * blockDim.x, "
+                f"not blockDim.x: then no two threads meet on an element")
+    if total < n:
+        return (f"Your counts add up to fewer than there are values{counted}: counts were lost, or elements "
+                f"skipped. Zero the bins and cuda.syncthreads() before counting, add with cuda.atomic.add, and "
+                f"let the loop reach every element")
+    return ""
 
 
 @cache

@@ -1,12 +1,16 @@
 """Checks: block sums by a shared-memory tree, by shuffles, and a whole sum.
 
 Correctness checks compare with numpy: exactly for int32 and int64, to float32
-precision for float32 (numpy adds in another order). Hidden cases cover one
-element, either side of a warp, ragged blocks, every dtype at every size, and
-one array of 2**16 + 7 elements. The pattern checks run the student's function
-in the simulator and compare its launch reports with the reference's on the
-same input: the lesson of each stage is in how it runs, not only in what it
-returns.
+precision for float32 (numpy adds in another order), and block sums in x's
+dtype. Hidden cases cover one element, either side of a warp, ragged blocks,
+every dtype at every size. Two cases are the same on every seed: int32 values
+whose block sums need more than float32's 24 bits, and (in reduce_sum) 2**14 + 7
+copies of 0.1, whose sum drifts by 1.5e-4 when one float32 accumulator adds them
+one by one (an atomicAdd per element), 2.4e-6 when each of 64 threads adds 257
+of them, and less in a tree: it is held to 2e-5. The pattern checks run
+the student's function in the simulator and compare its launch reports with the
+reference's on the same input: the lesson of each stage is in how it runs, not
+only in what it returns.
 """
 
 import math
@@ -17,7 +21,7 @@ import numpy as np
 from aisys.cuda_kernels import reduction as reference
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure, tolerance
+from aisys_grader.compare import CheckFailure, tolerance, unredacted
 from aisys_grader.launches import (efficiency, errors_message, first_error, least_efficient, lines, profiled,
                          reference_launches, total, where)
 
@@ -25,19 +29,33 @@ from aisys_grader.launches import (efficiency, errors_message, first_error, leas
 BLOCK = reference.BLOCK  # elements per block sum; the notebook fixes the same number
 DTYPES = (np.float32, np.int32, np.int64)
 EDGE_SIZES = (1, 31, 32, 33, 1000)  # one element, either side of a warp, a ragged last block
-BIG = 2**16 + 7  # graded once, in reduce_sum
+BIG = 2**14 + 7  # graded in reduce_sum only: 65 blocks, 2 elements for each thread of a first pass of 32 x 256
+EQUAL_VALUE = 0.1  # reduce_sum's long case: BIG copies of it (not exact in float32, so each addition rounds)
+EQUAL_RTOL = 2e-5  # their sum's tolerance: 8 threads adding 2049 each drift 1.6e-5; one total adding all, 1.5e-4
 DIVERGENCE_ALLOWED = 2  # divergent branches, as a multiple of the reference's (sequential addressing)
 PROFILE_SIZE = 12_000  # reduce_sum's pattern check: 1.5 to 3 elements per thread of a first pass of 32 x 256
+ROUNDING = 1e-4  # integer sums off by less than this fraction of the sum of |x| were rounded, not mis-added
 SHARED_ALLOWED = 1.2  # shared-memory requests in stage 2, as a multiple of the reference's
 
 
 def _data(rng, n, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype == np.int32:
-        return rng.integers(-1000, 1000, size=n, dtype=np.int32)  # no sum of 2**16 + 7 of them nears 2**31
+        return rng.integers(-1000, 1000, size=n, dtype=np.int32)  # no sum of them nears 2**31
     if dtype == np.int64:
         return rng.integers(-2**35, 2**35, size=n, dtype=np.int64)  # a block's sum overflows int32; float32 rounds it
     return rng.random(n, dtype=np.float32)  # positive: no cancellation, so float32 precision is relative to the sum
+
+
+def _wide_int32() -> np.ndarray:
+    """The same on every seed: block sums near 2**30, which float32 (24 bits) rounds and int32 holds exactly."""
+    return np.random.default_rng(17).integers(2**21, 2**22, size=500, dtype=np.int32)  # the total stays below 2**31
+
+
+def _equal_values() -> np.ndarray:
+    """The same on every seed: one float32 accumulator adding these one by one drifts 1.5e-4 off the sum; a
+    tree stays within float32's precision. (Their sum also counts the additions: see _sum_hint.)"""
+    return np.full(BIG, EQUAL_VALUE, np.float32)
 
 
 def _block_sums(x):
@@ -56,8 +74,12 @@ def _sum(x):
 
 
 def _tolerance(case) -> tuple:
-    """float32 results to float32 precision (a number result would be held to float64's), integers exactly."""
-    return tolerance(np.float32) if case["x"].dtype.kind == "f" else (None, None)
+    """float32 results to float32 precision (a number result would be held to float64's), integers exactly; the
+    sum of equal values within EQUAL_RTOL, since their roundings do not cancel."""
+    x = case["x"]
+    if x.dtype.kind != "f":
+        return None, None
+    return (EQUAL_RTOL, 0.0) if x.size > 1 and (x == x[0]).all() else tolerance(np.float32)
 
 
 def _correctness_cases(rng, hidden, big=False) -> list[np.ndarray]:
@@ -65,9 +87,61 @@ def _correctness_cases(rng, hidden, big=False) -> list[np.ndarray]:
     if hidden:
         sizes = [(n, dtype) for n in EDGE_SIZES for dtype in DTYPES]
         sizes += [(int(rng.integers(2, 1500)), dtype) for dtype in DTYPES]
-        if big:
-            sizes.append((BIG, np.float32))  # a long float32 sum: adding it in one thread's order is not precise
-    return [_data(rng, n, dtype) for n, dtype in sizes]
+    # First the long float32 sum, whose hint reads the most from a wrong result; then the wide integers.
+    return ([_equal_values()] if big else []) + [_data(rng, n, dtype) for n, dtype in sizes] + [_wide_int32()]
+
+
+def _block_sums_hint(case, got, expected) -> str:
+    """What a wrong result of block sums shows: a tree one level short, or integers rounded through float32."""
+    x = case["x"]
+    if not isinstance(got, np.ndarray) or got.shape != expected.shape or x.size == 0:
+        return ""
+    if got.dtype != expected.dtype:
+        return "Block sums keep the dtype of x: make the result, and the shared array, of x.dtype"
+    rtol, atol = _tolerance(case)
+    blocks = np.zeros(got.size * BLOCK, np.float64)
+    blocks[:x.size] = x
+    blocks = blocks.reshape(-1, BLOCK)
+    for part, said in ((blocks[:, ::2], "the block's even-indexed elements only: the tree (or the shuffles) "
+                                       "stopped one level short. Its last level, s = 1 (a shuffle's offset 1), "
+                                       "adds each odd neighbour in: loop while s > 0"),
+                       (blocks[:, :BLOCK // 2], "the first half of the block only: the tree started one level "
+                                                "short. Its first level is s = BLOCK // 2")):
+        if np.allclose(got.astype(np.float64), part.sum(axis=1), rtol=rtol or 0, atol=atol or 0):
+            return f"Each of your block sums is the sum of {said}"
+    error = np.abs(got.astype(np.float64) - expected)
+    if x.dtype.kind == "i" and (error <= ROUNDING * np.abs(blocks).sum(axis=1)).all():
+        return _ROUNDED
+    return ""
+
+
+_ROUNDED = ("Close, but integer sums must be exact: these were rounded, as float32 (24 bits of mantissa) rounds "
+            "integers past 2**24. Keep x's dtype in the shared array, the accumulator and the result")
+
+
+def _sum_hint(case, got, expected) -> str:
+    """What a wrong sum shows: on equal values, how many additions it holds; integers rounded through float32."""
+    x = case["x"]
+    if not isinstance(got, (int, float)):
+        return ""
+    if x.size > 1 and x[0] != 0 and (x == x[0]).all():
+        count = float(got) / float(x[0])  # how many of the values the sum holds
+        held = unredacted(f" (about {count:.0f})")
+        if count > 1.01 * x.size:  # a drift of rounding stays well within 1 %
+            return (f"On equal values your sum holds more of them than there are{held}: elements were added more "
+                    f"than once. A grid-stride loop steps by the whole grid, cuda.gridsize(1) = gridDim.x * "
+                    f"blockDim.x, not blockDim.x: then no two threads meet on an element")
+        if count < 0.99 * x.size:
+            return (f"On equal values your sum holds fewer of them than there are{held}: some elements were "
+                    f"never added (a tree or shuffle loop one level short, or partial sums left out)")
+        if x.dtype.kind == "f":
+            return ("On equal values your sum drifted: every addition to one large float32 total rounds, the "
+                    "same way each time (an atomicAdd per element, or one thread adding everything). Add each "
+                    "thread's few elements in a register, then the partial sums in a tree: the error then grows "
+                    "with log n, not n")
+    if x.dtype.kind == "i" and abs(float(got) - float(expected)) <= ROUNDING * np.abs(x.astype(np.float64)).sum():
+        return _ROUNDED
+    return ""
 
 
 # Reports ------------------------------------------------------------------------------------------------------------
@@ -79,7 +153,7 @@ ERROR_ADVICE = {  # what to change, by the kind of the first report error
             "without a barrier is a race there too",
     "barrier": "A thread past the end of x must not `return` early: let it store 0 into shared memory and take part "
                "in the tree like the others",
-    "warp": "Call a shuffle outside any `if` that splits the warp, with every lane of its mask",
+    "warp": "Let the whole warp call each shuffle, outside any `if` that splits it, with the mask 0xFFFFFFFF",
 }
 
 
@@ -126,7 +200,8 @@ def _coalesced(launches, their_launches, n, function) -> None:
 def block_sums_tree(student, rng, hidden):
     """block_sums_tree(x) returns the sum of each BLOCK-element chunk of x, for float32, int32 and int64."""
     cases = [{"x": x} for x in _correctness_cases(rng, hidden)]
-    compare_cases(student, "block_sums_tree", cases, _block_sums, returns="array", hidden=hidden, tolerance=_tolerance)
+    compare_cases(student, "block_sums_tree", cases, _block_sums, returns="array", hidden=hidden, tolerance=_tolerance,
+                  dtype="reference", hint=_block_sums_hint)
 
 
 @check(points=3)
@@ -177,7 +252,7 @@ def block_sums_shuffle(student, rng, hidden):
     """block_sums_shuffle(x) returns the same block sums as block_sums_tree, for float32, int32 and int64."""
     cases = [{"x": x} for x in _correctness_cases(rng, hidden)]
     compare_cases(student, "block_sums_shuffle", cases, _block_sums, returns="array", hidden=hidden,
-                  tolerance=_tolerance)
+                  tolerance=_tolerance, dtype="reference", hint=_block_sums_hint)
 
 
 @check(points=2)
@@ -208,14 +283,16 @@ def block_sums_shuffle_warp(student, rng, hidden):
 
 @check(points=2)
 def reduce_sum(student, rng, hidden):
-    """reduce_sum(x) returns the sum of all of x, for float32, int32 and int64, one array of 2**16 + 7 included."""
+    """reduce_sum(x) returns the sum of all of x, for float32, int32 and int64, 2**14 + 7 float32 values included."""
     cases = [{"x": x} for x in _correctness_cases(rng, hidden, big=True)]
-    compare_cases(student, "reduce_sum", cases, _sum, returns="number", hidden=hidden, tolerance=_tolerance)
+    compare_cases(student, "reduce_sum", cases, _sum, returns="number", hidden=hidden, tolerance=_tolerance,
+                  hint=_sum_hint)
 
 
 @check(points=2)
 def reduce_sum_profile(student, rng, hidden):
-    """reduce_sum spreads the work over many blocks, reads x coalesced, and has no race or barrier error."""
+    """reduce_sum spreads the work over many blocks, reads x coalesced, adds in a tree (at most an atomic per warp),
+    and has no race or barrier error."""
     # Several elements per thread of the first pass: where a thread's elements lie decides coalescing.
     n = int(rng.integers(PROFILE_SIZE, 2 * PROFILE_SIZE)) if hidden else PROFILE_SIZE
     launches = _student_launches(student, "reduce_sum", rng, n, _sum)
@@ -225,3 +302,11 @@ def reduce_sum_profile(student, rng, hidden):
             f"multiprocessor (an H100 has 132): spread the first pass over many blocks, each adding its share "
             f"into one partial sum, and add the partial sums in a second pass (or with atomics)")
     _coalesced(launches, _reference_launches("reduce_sum", n), n, "reduce_sum")
+    atomics = sum(line["operations"] for line in lines(launches, "global", "atomic"))
+    warps = sum(-(-math.prod(launch["block"]) // 32) * math.prod(launch["grid"]) for launch in launches)
+    if atomics > warps:
+        raise CheckFailure(
+            f"on {n} float32 elements, reduce_sum made {atomics} atomic additions to global memory, more than one "
+            f"per warp ({warps} warps): atomics on one address take turns, so add in registers and a tree (or "
+            f"shuffles) first, and let each block add its one sum with a single atomic, or write it for a "
+            f"second pass")

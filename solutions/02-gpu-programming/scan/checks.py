@@ -2,7 +2,8 @@
 
 Every scan is inclusive and keeps the input's dtype: the truth is
 np.cumsum(x, dtype=x.dtype). Integers compare exactly; int64 inputs exceed
-the int32 range, so a scan that adds them in 32 bits fails. float32 compares
+the int32 range, so a scan that adds them in 32 bits fails, and one int32 case,
+the same on every seed, has prefix sums past 2**24, which float32 rounds. float32 compares
 with the exact (float64) prefix sums within 2 log2(n) roundings of the sum of
 |x|: the error a tree of additions may make, doubled for the step across
 blocks. Hidden cases cover 1 element, a warp and one more or less, a block
@@ -29,6 +30,7 @@ SECTION = reference.SECTION  # elements per block, fixed in the notebook
 LONG = 2**14 + 3  # 65 blocks: the one long case
 WORK_SIZE = 4 * SECTION  # whole blocks, so that the work compared is the scan's, not the edge's
 WORK_LIMIT = 1.6  # more memory requests than this times the reference's is not work-efficient
+ROUNDING = 1e-4  # integer sums off by less than this fraction of the sum of |x| were rounded, not mis-added
 
 
 def _array(rng, n: int, dtype) -> np.ndarray:
@@ -38,6 +40,11 @@ def _array(rng, n: int, dtype) -> np.ndarray:
     if dtype == np.int32:
         return rng.integers(-1000, 1000, n, dtype=np.int32)
     return rng.integers(-2**35, 2**35, n, dtype=np.int64)  # sums stay exact in float64, far outside int32
+
+
+def _wide_int32() -> np.ndarray:
+    """The same on every seed: prefix sums up to about 2**30, beyond float32's 24 bits, within int32."""
+    return np.random.default_rng(17).integers(2**20, 2**21, 600, dtype=np.int32)
 
 
 def _cumsum(x: np.ndarray) -> np.ndarray:
@@ -70,8 +77,16 @@ def _scans(student, function: str, arrays: list, truth, length, hidden: bool) ->
                                f"(np.cumsum(x, dtype=x.dtype))")
         assert_close(got, expected, rtol=0.0, atol=_atol(x, length(x.size)))
 
-    compare_cases(student, function, [{"x": x} for x in arrays], truth, returns="array", hidden=hidden,
-                  compare=compare)
+    compare_cases(student, function, [{"x": x} for x in arrays + [_wide_int32()]], truth, returns="array",
+                  hidden=hidden, compare=compare, hint=_hint)
+
+
+def _hint(case, got, expected) -> str:
+    scale = np.cumsum(np.abs(case["x"].astype(np.float64)))  # what rounding the running sums is relative to
+    close = got.dtype.kind == "i" and got.shape == expected.shape and (
+        np.abs(got.astype(np.float64) - expected) <= ROUNDING * scale).all()
+    return ("Close, but integer prefix sums must be exact: these were rounded, as float32 (24 bits of mantissa) "
+            "rounds integers past 2**24. Keep x's dtype in the shared array and every sum" if close else "")
 
 
 def _cases(rng, sizes_and_dtypes) -> list:

@@ -1,8 +1,8 @@
 """Checks: a tiled transpose, right, coalesced, without bank conflicts or races.
 
-The correctness check compares with numpy on both dtypes; hidden cases cover
-1 x 1, single rows and columns, shapes one short of and one past a tile, and
-seeded ragged ones. The pattern checks run the student's function in the
+The correctness check compares with numpy on both dtypes, the result in a's
+dtype; hidden cases cover 1 x 1, single rows and columns, shapes one short of
+and one past a tile, and seeded ragged ones. The pattern checks run the student's function in the
 simulator and compare its launch reports with the reference's on the same
 input.
 """
@@ -44,7 +44,8 @@ def transpose(student, rng, hidden):
         shapes += [tuple(int(s) for s in rng.integers(1, 80, size=2)) for _ in range(2)]
     cases = [{"a": _matrix(rng, shape, dtype)} for shape in shapes for dtype in (np.float32, np.int32)
              if not (hidden and shape == (257, 129) and dtype == np.int32)]  # the large one once
-    compare_cases(student, "transpose", cases, _truth, returns="array", hidden=hidden, tolerance=(0, 0))  # moves bits
+    compare_cases(student, "transpose", cases, _truth, returns="array", hidden=hidden, tolerance=(0, 0),  # moves bits
+                  dtype="reference")
 
 
 @cache

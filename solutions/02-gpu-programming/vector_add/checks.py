@@ -1,8 +1,10 @@
 """Checks: exact sums, a grid-stride loop over a fixed grid, coalesced access.
 
-The correctness check compares with numpy on float32 and int32; hidden cases
-cover no element, one, sizes either side of a warp, and sizes many times the
-grid. The pattern checks run the student's function in the simulator and
+The correctness check compares with numpy on float32 and int32, the result in
+x's dtype; hidden cases cover no element, one, sizes either side of a warp, and
+sizes many times the grid. Where the elements that are wrong form a pattern of
+the grid (the first F of every P, or all from some index on), the message says
+what it shows. The pattern checks run the student's function in the simulator and
 compare its launch reports with the reference's on the same input.
 """
 
@@ -13,7 +15,7 @@ import numpy as np
 from aisys.cuda_kernels import vector_add as reference
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure
+from aisys_grader.compare import CheckFailure, unredacted
 from aisys_grader.launches import (efficiency, errors_message, least_efficient, profiled, reference_launches, total,
                                    where)
 
@@ -41,7 +43,32 @@ def vector_add(student, rng, hidden):
         sizes = [(n, dtype) for n in (0, 1, 31, 33, 1000, PATTERN_SIZE) for dtype in (np.float32, np.int32)]
         sizes += [(int(rng.integers(2, 3000)), dtype) for dtype in (np.float32, np.int32)]
     cases = [_vectors(rng, n, dtype) for n, dtype in sizes]
-    compare_cases(student, "vector_add", cases, _truth, returns="array", hidden=hidden)
+    compare_cases(student, "vector_add", cases, _truth, returns="array", hidden=hidden, dtype="reference",
+                  hint=_hint)
+
+
+def _hint(case, got, expected) -> str:
+    """What the wrong elements show: the wrong dtype, or a pattern of the grid in which elements were skipped."""
+    if not isinstance(got, np.ndarray) or got.shape != expected.shape:
+        return ""
+    if got.dtype != expected.dtype:
+        return "x + y keeps the dtype of x and y: allocate out with np.empty_like(x)"
+    right = got == expected
+    first = int(np.argmax(~right))  # the first wrong element
+    if first == 0:
+        return ""
+    later = np.flatnonzero(right[first:])
+    if later.size == 0:
+        return (f"Every element from index {unredacted(str(first), 'k')} on is wrong, the ones before right: "
+                f"the threads stopped before the end. A grid-stride loop, `for i in range(cuda.grid(1), n, "
+                f"cuda.gridsize(1))`, takes each thread on to the end")
+    period = first + int(later[0])  # the next right element starts the pattern again
+    if (right == right[np.arange(right.size) % period]).all():
+        shown = unredacted(f" (the first {first} of every {period}: i % {period} < {first})")
+        return (f"Only the elements at the start of each stride of the grid are right{shown}, as if only the "
+                f"first block did its share of each stride: thread t of block b starts at cuda.grid(1) = "
+                f"b * blockDim.x + t, not at threadIdx.x")
+    return ""
 
 
 @cache

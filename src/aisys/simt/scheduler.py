@@ -5,7 +5,8 @@ others: `cuda.syncthreads()` (the whole block) or a warp collective such as a
 shuffle (the lanes of its mask). When every thread waits or is done, the
 scheduler releases what can be released. A barrier that not every thread
 reaches, or a collective whose lanes never all arrive, is reported as an error
-and released anyway, so a wrong kernel ends instead of hanging.
+and released anyway, so a wrong kernel ends instead of hanging; so is a
+collective called by a lane that its mask leaves out (undefined in CUDA).
 """
 
 import itertools
@@ -108,11 +109,19 @@ def _release_warps(launch, block, threads) -> list:
     for (warp, mask), waiting in groups.items():
         arrived = {t.lane for t in waiting}
         if all(lane in arrived for lane in range(WARP) if mask >> lane & 1):
-            ready += _resume_collective(block, warp, waiting)
+            ready += _resume_collective(launch, block, warp, waiting)
     return ready
 
 
-def _resume_collective(block, warp, waiting) -> list:
+def _resume_collective(launch, block, warp, waiting) -> list:
+    first = waiting[0]
+    op, mask = first.collective[:2]
+    outside = [t.lane for t in waiting if not mask >> t.lane & 1]
+    if outside:
+        launch.error("warp", first.line,
+                     f"cuda.{op} at line {first.line} was called by lane(s) {_lanes(outside)} of warp {warp}, "
+                     f"which its mask {mask:#010x} leaves out: on a GPU the result is undefined. A lane that calls "
+                     "a warp collective must be in its mask (for the whole warp, 0xFFFFFFFF)")
     block.warp_syncs.append((len(state.log), warp))
     results = _collective(waiting)
     for t in waiting:
@@ -165,7 +174,7 @@ def _release_barrier(launch, block, threads) -> list:
                          f"cuda.{first.collective[0]} at line {first.line} waits for lane(s) {_lanes(missing)} of "
                          f"warp {warp} (mask {mask:#010x}), which never arrive: every lane named in the mask must "
                          "reach the same collective (they returned early, or wait at a barrier or elsewhere)")
-            ready += _resume_collective(block, warp, waiting)
+            ready += _resume_collective(launch, block, warp, waiting)
         return ready
     waiting = [t for t in threads if t.status == AT_BARRIER]
     if not waiting:
