@@ -96,10 +96,11 @@ def test_the_checks_are_skipped_without_a_gpu_never_passed_or_failed(monkeypatch
     scope = notebook_scope(answer)
     for hidden in (False, True):
         results = grade(scope, hidden)
-        assert len(results) == 4
+        assert len(results) == 10  # four of correctness; six of speed, optional (the notebook graded without them)
         for name, result in results.items():
             assert result.skipped and not result.passed and not result.failed and result.score == 0, (name, result)
             assert result.message == "skipped: needs a GPU (AISYS_DEVICE=cpu)"
+            assert result.optional == name.endswith("_speed"), name
     capsys.readouterr()
     scope["check"]("cuda_transpose")  # the notebook's own check cell: prints, does not raise
     assert capsys.readouterr().out.endswith(

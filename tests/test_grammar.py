@@ -284,7 +284,11 @@ def doubled(x):
 '''
 
 
-def test_the_clean_room_runs_triton_kernels_in_its_interpreter_and_counts_each_launch():
+@pytest.mark.parametrize("compiled_here", [False, True])
+def test_the_clean_room_runs_triton_kernels_in_its_interpreter_and_counts_each_launch(monkeypatch, compiled_here):
+    """Also where this process imported Triton for a GPU (a notebook's self-check there): the room's Triton then
+    runs in a process of its own, whose Triton library is interpreted from its import."""
+    monkeypatch.setattr(cleanroom, "_triton_compiled_here", lambda: compiled_here)
     answer = cleanroom.reply(cleanroom.request(["", TRITON_KERNEL], "triton", "doubled",
                                                payload((np.ones(10, np.float32),), {}), "array"))
     assert answer["status"] == "ok", answer

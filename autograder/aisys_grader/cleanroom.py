@@ -151,14 +151,49 @@ def _missing(error: BaseException, why: dict[str, str]) -> str | None:
     return None
 
 
+IN_FRESH_PROCESS_TIMEOUT = 120.0  # seconds a call of the in-process room may take where it needs a process of its own
+
+
 def reply(request: dict) -> dict:
     """Run a request (see `request`) here, in a fresh namespace, and answer in the bridge's reply format."""
     if request["dialect"] == "triton":  # its kernels are defined (triton.jit) and launched in the interpreter
+        if _triton_compiled_here():
+            return _reply_in_fresh_process(request)
         from aisys import triton_interpreter
 
         with triton_interpreter.interpreting():
             return _reply(request)
     return _reply(request)
+
+
+def _triton_compiled_here() -> bool:
+    """Whether this process imported Triton for a GPU: its own library (tl.max, tl.sum: triton.jit functions made
+    at import) then cannot run in the interpreter, which some versions refuse ("Cannot call @triton.jit'd outside of
+    the scope of a kernel"), so the room's Triton needs a process of its own (a notebook's self-check on a GPU)."""
+    language = sys.modules.get("triton.language")
+    return language is not None and type(getattr(language, "max", None)).__name__ != "InterpretedFunction"
+
+
+def _reply_in_fresh_process(request: dict) -> dict:
+    """`reply(request)` in a new Python running `main`, with Triton interpreted on the CPU from its first import."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "AISYS_DEVICE": "cpu",
+           "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+    job = json.dumps({**request, "timeout": IN_FRESH_PROCESS_TIMEOUT}) + "\n"
+    try:
+        done = subprocess.run([sys.executable, "-m", "aisys_grader.cleanroom"], input=job, capture_output=True,
+                              text=True, env=env, timeout=IN_FRESH_PROCESS_TIMEOUT + 60)
+        ready, answer = done.stdout.splitlines()[-2:]
+        if ready == "ready":
+            answer = json.loads(answer)
+            if answer.get("status") not in ("timeout", "died"):
+                return answer
+            why = f"did not return within {IN_FRESH_PROCESS_TIMEOUT:g} s" if answer["status"] == "timeout" else \
+                f"crashed the process it ran in ({answer.get('message')})"
+        else:
+            why = "the grader's clean room gave no reply"
+    except (subprocess.TimeoutExpired, ValueError, AttributeError) as error:
+        why = f"the grader's clean room failed ({type(error).__name__})"
+    return {"status": "raised", "error": "RuntimeError", "message": why}
 
 
 def _reply(request: dict) -> dict:
