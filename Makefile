@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
+# `make book` serves the book at http://$(HOST):$(PORT)/; HOST=0.0.0.0 serves it to other machines too.
+HOST   ?= 127.0.0.1
+# Where pip finds torch. PyPI's Linux torch is the CUDA build (several GB of NVIDIA libraries); on a machine
+# without an NVIDIA GPU, TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU build of the same version.
+TORCH_INDEX ?=
 HTML   := book/_build/html
 
 .PHONY: book build-book serve lint test exercises clean
@@ -15,7 +20,8 @@ book: build-book serve
 # torch goes first and alone: any other route can pull several GB of CUDA wheels.
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet "torch==$$(sed -n 's/^torch==//p' requirements/constraints.txt)"
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) \
+		"torch==$$(sed -n 's/^torch==//p' requirements/constraints.txt)"
 	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e ".[book,test]"
 	touch $@
 
@@ -40,10 +46,10 @@ build-book: $(BIN)/.student-lab book/node_modules/.installed
 	$(BIN)/jupyter-book build book --warningiserror --nitpick --keep-going
 	@echo
 	@echo "The book is built: open $(CURDIR)/$(HTML)/index.html"
-	@echo "or http://localhost:$(PORT)/ while 'make book' serves it (Ctrl-C stops)."
+	@echo "or http://$(HOST):$(PORT)/ while 'make book' serves it (Ctrl-C stops)."
 
 serve:
-	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
+	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory $(HTML)
 
 # ruff's settings are in pyproject.toml; `make test` lints first and stops on a lint error.
 lint: $(BIN)/.installed

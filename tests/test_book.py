@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 from notebooks import EXERCISES, ROOT
 
@@ -25,11 +26,22 @@ def build(book: Path, output: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def html(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> subprocess.CompletedProcess:
     output = tmp_path_factory.mktemp("book")
     done = build(ROOT / "book", output)
     assert done.returncode == 0, f"the book does not build cleanly:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    return output / "_build" / "html"
+    done.html = output / "_build" / "html"
+    return done
+
+
+@pytest.fixture(scope="module")
+def html(built) -> Path:
+    return built.html
+
+
+@pytest.mark.slow
+def test_the_build_log_holds_no_noise(built):
+    assert "Kernel is running over TCP" not in built.stdout + built.stderr
 
 
 @pytest.mark.slow
@@ -63,10 +75,35 @@ def test_every_exercise_is_a_page_with_a_download(html, exercise):
 
 
 @pytest.mark.slow
-def test_unwritten_chapters_say_so_in_one_line(html):
-    for chapter in sorted((ROOT / "book").glob("0[2-9]-*/index.md")):
+def test_unwritten_chapters_say_so_in_the_contents_and_on_the_map(html):
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+    titles = {c["file"]: c.get("title", "") for part in toc["parts"] for c in part["chapters"]}
+    home = (html / "intro.html").read_text()
+    for chapter in sorted((ROOT / "book").glob("0[1-9]-*/index.md")):
         lines = [line for line in chapter.read_text().splitlines() if line.strip()]
-        assert lines[1:] == ["This chapter is not written yet."] or len(lines) > 3, chapter
+        unwritten = lines[1:] == ["This chapter is not written yet."]
+        assert unwritten or len(lines) > 3, f"{chapter} is neither written nor marked as not written"
+        entry = f"{chapter.parent.name}/index"
+        assert titles[entry].endswith("(not written yet)") is unwritten, f"_toc.yml's title for {entry}"
+        row = home[home.index(f'href="{entry}.html"'):][:3000].split("</tr>")[0]
+        assert ("not written yet" in row) is unwritten, f"the home page's map row of {entry}"
+
+
+@pytest.mark.slow
+def test_the_home_page_maps_every_exercise_and_where_it_runs(html):
+    home = (html / "intro.html").read_text()
+    for exercise in EXERCISES:
+        assert f'href="exercises/{exercise}.html"' in home, f"the map does not link {exercise}"
+    assert "★" in home and "(GPU)" in home and "(CPU; speed graded on a GPU)" in home
+    assert re.search(r'<img[^>]+src="[^"]+\.png"', home), "the map's figure was not generated"
+
+
+@pytest.mark.slow
+def test_one_search_field_a_favicon_and_wrapped_code(html):
+    page = (html / "03-tensor-cores" / "tensor-cores.html").read_text()
+    assert page.count('class="btn search-button-field') == 1, "the header repeats the sidebar's search field"
+    assert re.search(r'<link rel="icon" href="[^"]*favicon\.ico"', page) and (html / "_static" / "favicon.ico").exists()
+    assert "custom.css" in page and "pre-wrap" in (html / "_static" / "custom.css").read_text()
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -116,9 +153,52 @@ def test_a_broken_book_fails_the_build(tmp_path, breakage):
     (book / "exercises").unlink()
     (book / "exercises").symlink_to(ROOT / "exercises")
     (book / page).write_text((book / page).read_text() + addition)
-    if breakage == "broken reference":  # Sphinx finds it without running a page: skip the minutes of execution
-        config = book / "_config.yml"
-        config.write_text(config.read_text().replace("execute_notebooks: force", "execute_notebooks: \"off\""))
+    # Run no page but the broken one: the minutes of executing the others prove nothing here.
+    config = book / "_config.yml"
+    others = [str(p.relative_to(book)) for p in [*book.glob("*.md"), *book.glob("0*/*.md")]
+              if str(p.relative_to(book)) != page]
+    settings = yaml.safe_load(config.read_text())
+    settings["execute"]["exclude_patterns"] += others
+    config.write_text(yaml.safe_dump(settings))
     done = build(book, tmp_path / "out")
     assert done.returncode != 0
     assert evidence in done.stdout + done.stderr
+
+
+TINY_PAGE = """---
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+# A page
+
+```{code-cell} ipython3
+import json, time
+print(json.load(open("data/measured.json")), "run at", time.time())
+```
+"""
+
+
+@pytest.mark.slow
+def test_a_prose_edit_runs_nothing_and_a_changed_measurement_runs_its_pages(tmp_path):
+    book = tmp_path / "book"
+    (book / "data").mkdir(parents=True)
+    shutil.copytree(ROOT / "book" / "_ext", book / "_ext")
+    config = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())
+    del config["sphinx"]["local_extensions"]["book_map"]  # the tiny book has no chapters to map
+    (book / "_config.yml").write_text(yaml.safe_dump(config))
+    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\n")
+    (book / "node_modules").symlink_to(ROOT / "book" / "node_modules")
+    (book / "intro.md").write_text(TINY_PAGE)
+    (book / "data" / "measured.json").write_text("1.0")
+
+    def executed() -> bool:
+        done = build(book, tmp_path / "out")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return "Executed notebook" in done.stdout + done.stderr
+
+    assert executed()
+    (book / "intro.md").write_text(TINY_PAGE + "\nA sentence more.\n")
+    assert not executed(), "a prose-only edit ran the page again"
+    (book / "data" / "measured.json").write_text("2.0")
+    assert executed(), "the stored measurement changed but the page was not run again"
+    assert "2.0 run at" in (tmp_path / "out" / "_build" / "html" / "intro.html").read_text()
+

@@ -1,12 +1,11 @@
 """Each exercise is one folder whose path is its id: what is in it, and everything else, agrees with the folder."""
 
-import ast
 import re
 
 import pytest
 import yaml
 
-from aisys_grader.exercise import exercise_ids, find, read_spec
+from aisys_grader.exercise import check_needs, exercise_ids, find, read_spec
 from notebooks import EXERCISES, ROOT
 
 FILES = {"notebook.py", "checks.py", "spec.toml", "wrong_answers.toml"}
@@ -67,19 +66,12 @@ def test_the_book_lists_no_exercise_that_has_no_folder():
     assert sorted(listed) == sorted(f"exercises/{e}" for e in EXERCISES)
 
 
-def _gpus_the_checks_ask_for(path) -> int:
-    most = 0
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require_gpu":
-            gpus = [k.value.value for k in node.keywords if k.arg == "gpus"]
-            most = max(most, gpus[0] if gpus else 1)
-    return most
-
-
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_spec_gpus_is_what_the_checks_need(exercise):
     item = find(exercise)
-    assert item.spec.gpus == _gpus_the_checks_ask_for(item.checks)
+    needs = check_needs(item.checks)
+    assert len(needs) == item.checks.read_text().count("\n@check(")
+    assert item.spec.gpus == max(need.gpus for need in needs)
 
 
 SPEC = 'title = "t"\ngpus = 0\nreference = ["aisys.a"]\nstudent_may_import = ["aisys.b"]\n'

@@ -11,6 +11,7 @@
 folder of exercises of their own to it. Nothing repeats the id: it is read from the folder.
 """
 
+import ast
 import re
 import sys
 from dataclasses import dataclass
@@ -168,3 +169,30 @@ def read_spec(path: Path) -> Spec:
     return Spec(title=data["title"], gpus=data["gpus"], reference=tuple(data["reference"]),
                 student_may_import=tuple(data["student_may_import"]), page=data.get("page"),
                 clean_room=tuple(data.get("clean_room", ())))
+
+
+@dataclass(frozen=True)
+class CheckNeeds:
+    """What one check needs to run, read from its source: `require_gpu(gpus=..., optional=...)`."""
+
+    check: str
+    gpus: int  # 0: runs on a CPU
+    optional: bool  # a speed check: skipped on a CPU and left out of the score there
+
+
+def check_needs(checks: Path) -> list[CheckNeeds]:
+    """Each `@check` function of a checks.py with the GPUs it asks for (the book's map and the spec's `gpus`)."""
+    needs = []
+    for node in ast.parse(checks.read_text()).body:
+        decorated = isinstance(node, ast.FunctionDef) and any(
+            getattr(getattr(d, "func", d), "id", None) == "check" for d in node.decorator_list)
+        if not decorated:
+            continue
+        gpus, optional = 0, False
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "require_gpu":
+                keywords = {k.arg: k.value.value for k in call.keywords if isinstance(k.value, ast.Constant)}
+                gpus, optional = max(gpus, keywords.get("gpus", 1)), keywords.get("optional", False)
+        needs.append(CheckNeeds(node.name, gpus, optional))
+    return needs
+
