@@ -79,6 +79,7 @@ def test_unwritten_chapters_say_so_in_the_contents_and_on_the_map(html):
     toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
     titles = {c["file"]: c.get("title", "") for part in toc["parts"] for c in part["chapters"]}
     home = (html / "intro.html").read_text()
+    home = home[home.index('class="book-map'):]  # the map, not the sidebar's contents
     for chapter in sorted((ROOT / "book").glob("0[1-9]-*/index.md")):
         lines = [line for line in chapter.read_text().splitlines() if line.strip()]
         unwritten = lines[1:] == ["This chapter is not written yet."]
