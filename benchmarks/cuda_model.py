@@ -5,8 +5,10 @@ What it measures, each with CUDA C kernels through CuPy and timed with CUDA even
 - the occupancy the driver computes for many (block size, registers, shared memory), against
   `aisys.occupancy`;
 - load latency by pointer chasing (one thread; shared memory, L1, L2, HBM);
-- read bandwidth from L2 and from HBM, copy bandwidth with strided reads (coalescing), and
-  the cost of shared-memory bank conflicts (strided, padded and XOR-swizzled reads);
+- read bandwidth against the working set (1 MiB to 4 GiB) with loads that bypass L1 (`__ldcg`) and
+  with loads that may be cached in it, which shows L1, then L2, then HBM; copy bandwidth with strided
+  reads (coalescing), and the cost of shared-memory bank conflicts (strided, padded and XOR-swizzled reads);
+- constant-memory reads when a warp's lanes read one address (broadcast) or several;
 - kernel launch costs (launch + wait, back-to-back launches, CUDA graph replay);
 - host-device transfers (pageable, pinned, zero-copy) and unified-memory page migration.
 
@@ -22,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import cupy as cp
 import numpy as np
@@ -53,12 +56,44 @@ extern "C" __global__ void chase_shared(const unsigned int* __restrict__ next, i
     out[0] = j; cycles[0] = t1 - t0;
 }
 
-extern "C" __global__ void read_sum(const float4* __restrict__ in, long long n4, int reps, float* out) {
-    float acc = 0.f;
-    long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
-    for (int r = 0; r < reps; ++r)
-        for (long long i = start; i < n4; i += step) { float4 v = in[i]; acc += v.x + v.y + v.z + v.w; }
-    if (acc == 1234.5f) out[0] = acc;  // keeps the loads; practically never true
+// Read bandwidth. The T = gridDim.x * blockDim.x threads read `steps` float4 each from a buffer of
+// mask + 1 float4 (a power of two, as T is): at step k thread t reads element (t + k * (T + skew)) & mask.
+// With skew = 0 every thread reads the same addresses on every pass over the buffer, so an SM re-reads
+// the slice it read before; with skew = blockDim.x the window moves one block further each step, so a
+// block reads the slice another block read. LOAD is the load: a plain dereference of a const __restrict__
+// pointer (the compiler emits ld.global.nc, which may be cached in L1), __ldca (ld.global.ca, cache at all
+// levels) or __ldcg (ld.global.cg, cache in L2, not in L1).
+#define READ_KERNEL(NAME, LOAD)                                                                        \
+extern "C" __global__ void NAME(const float4* __restrict__ in, long long mask, long long steps,        \
+                                long long skew, float* out) {                                          \
+    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;                                     \
+    long long stride = (long long)gridDim.x * blockDim.x + skew;                                        \
+    float acc = 0.f;                                                                                     \
+    _Pragma("unroll 8")                                                                                  \
+    for (long long k = 0; k < steps; ++k) {                                                              \
+        float4 v = LOAD(in + ((t + k * stride) & mask));                                                 \
+        acc += v.x + v.y + v.z + v.w;                                                                    \
+    }                                                                                                    \
+    if (acc == 1234.5f) out[0] = acc;  /* keeps the loads; practically never true */                   \
+}
+#define PLAIN(p) (*(p))
+READ_KERNEL(read_nc, PLAIN)
+READ_KERNEL(read_ca, __ldca)
+READ_KERNEL(read_cg, __ldcg)
+
+// Constant memory: lane l of each warp reads table[(c + (l % distinct) * 32) & 1023], so the warp's
+// 32 lanes read `distinct` different addresses (1: one address, broadcast to all lanes).
+__constant__ float table[1024];
+
+extern "C" __global__ void constant_reads(int distinct, int reps, float* out) {
+    int lane = threadIdx.x & 31;
+    int spread = (lane % distinct) * 32;
+    float a0 = 0.f, a1 = 0.f;
+    for (int c = 0; c < reps; c += 2) {
+        a0 += table[(c + spread) & 1023];
+        a1 += table[(c + 1 + spread) & 1023];
+    }
+    if (a0 + a1 == 1234.5f) out[0] = a0;
 }
 
 extern "C" __global__ void copy_strided(const float* __restrict__ in, float* __restrict__ out, long long n,
@@ -138,7 +173,8 @@ def device_properties():
             "sharedMemPerMultiprocessor", "sharedMemPerBlock", "sharedMemPerBlockOptin", "reservedSharedMemPerBlock",
             "l2CacheSize", "persistingL2CacheMaxSize", "maxThreadsPerMultiProcessor", "maxThreadsPerBlock",
             "maxBlocksPerMultiProcessor", "warpSize", "clockRate", "memoryClockRate", "memoryBusWidth",
-            "totalGlobalMem", "asyncEngineCount", "concurrentManagedAccess", "pageableMemoryAccess"]
+            "totalGlobalMem", "totalConstMem", "globalL1CacheSupported", "localL1CacheSupported",
+            "asyncEngineCount", "concurrentManagedAccess", "pageableMemoryAccess"]
     result = {key: int(props[key]) for key in keep if key in props}
     result["name"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     return result
@@ -211,19 +247,83 @@ def latency(rng):
     return results
 
 
+READS = {  # label: (kernel, skew in blocks)
+    "__ldcg (L2 only), window moved each step": ("read_cg", 1),
+    "__ldca (ld.global.ca), same slice each pass": ("read_ca", 0),
+    "const __restrict__ (ld.global.nc), same slice each pass": ("read_nc", 0),
+}
+
+
+def read_sweep(sms):
+    """Read bandwidth against the working set, 4 MiB to 4 GiB, for each load in READS.
+
+    Every launch reads at least 4 GiB (and at least the whole working set), so launch costs vanish.
+    The grid is a power of two (1024 blocks of 256 threads, at most 8 resident per SM: all resident at once).
+    The smallest working set is what one step of all threads reads (4 MiB): below it several threads
+    would read the same address in the same step, which is no longer a test of bandwidth.
+    """
+    blocks, threads = 1024, 256
+    assert blocks <= sms * 8, "the grid must be resident at once"
+    per_step = blocks * threads * 16  # bytes read by one step of all threads
+    sizes = [2**k for k in range(22, 33)]  # 4 MiB ... 4 GiB
+    assert sizes[0] == per_step
+    buffer = cp.ones(sizes[-1] // 4, cp.float32)
+    out = cp.zeros(1, cp.float32)
+    sweep = {"working set (bytes)": sizes, "grid": [blocks, threads], "TB/s": {}}
+    for label, (name, skew) in READS.items():
+        function, rates = kernel(name), []
+        for size in sizes:
+            steps = max(size, 4 * 2**30) // per_step
+            ms = gpu_ms(lambda: function((blocks,), (threads,), (buffer, np.int64(size // 16 - 1), np.int64(steps),
+                                                                  np.int64(skew * threads), out)))
+            rates.append(steps * per_step / (ms / 1e3) / 1e12)
+        sweep["TB/s"][label] = rates
+    return sweep
+
+
+def load_instructions():
+    """The global-load instructions (SASS) nvcc gives each read kernel for this GPU, read back with cuobjdump."""
+    import re
+    import subprocess
+    import tempfile
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    arch = f"sm_{props['major']}{props['minor']}"
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "model.cu").write_text(SOURCE)
+        subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-cubin", "-o", "model.cubin", "model.cu"],
+                       cwd=folder, check=True)
+        sass = subprocess.run(["cuobjdump", "-sass", "model.cubin"], cwd=folder, check=True,
+                              capture_output=True, text=True).stdout
+    found = {}
+    for function in sass.split("Function : ")[1:]:
+        name = function.split()[0]
+        if name.startswith("read_"):
+            found[name] = sorted(set(re.findall(r"\b(LDG\.[A-Z0-9.]+)", function)))
+    return {"arch": arch, "LDG opcodes by kernel": found}
+
+
+def constant_reads():
+    """Time of a warp's constant-memory reads when its 32 lanes read 1, 2, 4, 8, 16 or 32 different addresses."""
+    sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+    out, reps, result = cp.zeros(1, cp.float32), 4096, {}
+    for distinct in (1, 2, 4, 8, 16, 32):
+        ms = gpu_ms(lambda: kernel("constant_reads")((sms * 4,), (256,), (np.int32(distinct), np.int32(reps), out)))
+        result[str(distinct)] = ms
+    return {"ms by distinct addresses per warp": result, "grid": [sms * 4, 256], "reads per thread": reps}
+
+
 def bandwidths():
     sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     grid, block = sms * 8, 256
     result = {}
     out = cp.zeros(1, cp.float32)
-    for label, size, reps in (("L2 read (16 MiB buffer, re-read)", 16 * 2**20, 50),
-                              ("HBM read (4 GiB buffer)", 4 * 2**30, 1)):
-        buffer = cp.empty(size // 4, cp.float32)
-        # The buffer is bound as an argument: the loop deletes it (4 GiB) before making the next.
-        ms = gpu_ms(lambda data=buffer: kernel("read_sum")((grid,), (block,), (data, np.int64(size // 16),
-                                                                               np.int32(reps), out)))
-        result[label] = size * reps / (ms / 1e3) / 1e12
-        del buffer
+    sweep = read_sweep(sms)
+    honest = sweep["TB/s"]["__ldcg (L2 only), window moved each step"]
+    sizes = sweep["working set (bytes)"]
+    # The key is the one the book has read since the first version; the figure is now the __ldcg read.
+    result["L2 read (16 MiB buffer, re-read)"] = honest[sizes.index(16 * 2**20)]
+    result["HBM read (4 GiB buffer)"] = honest[sizes.index(4 * 2**30)]
+    result["read bandwidth by working set"] = sweep
     n = 2**26
     strided = {}
     for stride in (1, 2, 4, 8, 16, 32):
@@ -330,7 +430,9 @@ def main():
               "driver": cp.cuda.runtime.driverGetVersion(), "runtime": cp.cuda.runtime.runtimeGetVersion(),
               "cupy": cp.__version__}
     for name, part in (("occupancy", occupancy_against_driver), ("latency", lambda: latency(rng)),
-                       ("bandwidth", bandwidths), ("launch", launches), ("transfers", transfers)):
+                       ("bandwidth", bandwidths), ("constant memory", constant_reads),
+                       ("read instructions", load_instructions), ("launch", launches),
+                       ("transfers", transfers)):
         t0 = time.perf_counter()
         try:
             report[name] = part()
