@@ -222,3 +222,43 @@ def test_bad_states():
 def test_bad_cost_arguments(function, args, match):
     with pytest.raises(ValueError, match=match):
         function(*args)
+
+
+def _loss(q, k, v, d_out, causal):
+    return float((attention(q, k, v, causal=causal) * d_out).sum())
+
+
+@pytest.mark.parametrize("t_q,t_k,nh,nkv,hs,bq,bk,causal", SHAPES)
+def test_backward_is_the_gradient(t_q, t_k, nh, nkv, hs, bq, bk, causal):
+    """Against central differences of sum(attention * d_out) along a random direction, for q, k and v."""
+    rng = np.random.default_rng(t_q * 7 + t_k)
+    q, k, v = _qkv(rng, t_q, t_k, nh, nkv, hs)
+    d_out = rng.standard_normal(q.shape)
+    out, lse = fa.flash_attention(q, k, v, causal=causal, block_q=bq, block_k=bk)
+    grads = fa.flash_attention_backward(q, k, v, out, lse, d_out, causal=causal, block_q=bq, block_k=bk)
+    eps = 1e-6
+    for index, grad in enumerate(grads):
+        assert grad.shape == (q, k, v)[index].shape
+        direction = rng.standard_normal(grad.shape)
+        plus, minus = [list((q, k, v)) for _ in range(2)]
+        plus[index] = plus[index] + eps * direction
+        minus[index] = minus[index] - eps * direction
+        numeric = (_loss(*plus, d_out, causal) - _loss(*minus, d_out, causal)) / (2 * eps)
+        assert np.isclose((grad * direction).sum(), numeric, rtol=1e-6, atol=1e-7), index
+
+
+def test_backward_in_float32_and_bad_shapes():
+    rng = np.random.default_rng(0)
+    q, k, v = _qkv(rng, 40, 40, 4, 2, 8, np.float32)
+    d_out = rng.standard_normal(q.shape).astype(np.float32)
+    out, lse = fa.flash_attention(q, k, v, block_q=16, block_k=16)
+    dq, dk, dv = fa.flash_attention_backward(q, k, v, out, lse, d_out, block_q=16, block_k=16)
+    exact = fa.flash_attention_backward(*(x.astype(np.float64) for x in (q, k, v, out, lse, d_out)),
+                                        block_q=16, block_k=16)
+    assert dq.dtype == np.float32
+    for got, want in zip((dq, dk, dv), exact):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    with pytest.raises(ValueError, match="lse"):
+        fa.flash_attention_backward(q, k, v, out, lse[:, :2], d_out)
+    with pytest.raises(ValueError, match="d_out"):
+        fa.flash_attention_backward(q, k, v, out, lse, d_out[:3])

@@ -15,7 +15,7 @@ rows (the inner loop). A q tile keeps, per row, a partial softmax state over the
 Two states over disjoint sets of keys combine exactly (`combine`; the online softmax of Milakov
 and Gimelshein 2018, carried to the weighted sum): rescale each by exp(its m - the new m) and
 add. After the last k tile, O = acc / l, and the log-sum-exp m + log(l) of each row is all the
-backward pass needs to recompute P tile by tile.
+backward pass needs to recompute P tile by tile (`flash_attention_backward`).
 
 Causal attention uses the chapter's bottom-right convention (`attention.attention`): query i sits
 at position Tk - Tq + i. A (q tile, k tile) pair whose keys all lie after every query of the tile
@@ -137,6 +137,61 @@ def flash_attention(q, k, v, *, causal: bool = True, block_q: int = DEFAULT_BLOC
         lse[:, :, rows] = m + np.log(l)
     return (out.transpose(2, 0, 1, 3).reshape(t_q, n_heads, head_size).astype(q.dtype),
             lse.transpose(2, 0, 1).reshape(t_q, n_heads))
+
+
+def flash_attention_backward(q, k, v, out, lse, d_out, *, causal: bool = True, block_q: int = DEFAULT_BLOCK,
+                             block_k: int = DEFAULT_BLOCK, scale: float | None = None):
+    """Gradients (dq, dk, dv) of out = softmax(q k^T * scale) v, given d_out, from what the forward kept: out and lse.
+
+    FlashAttention's backward (Dao et al. 2022, section 3.1 and Algorithm 4; FlashAttention-2, Algorithm 2) stores no
+    (Tq, Tk) matrix. For each (q tile, k tile) pair of the forward's schedule it recomputes the scores
+    S = q k^T * scale and the probabilities P = exp(S - lse), exact at once because lse holds each row's maximum
+    and sum, then
+
+        dV += P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dQ += dS K * scale,   dK += dS^T Q * scale,
+
+    where D = rowsum(dO * O) is one number per row: the softmax's term sum_j P_j dP_j, which equals dO . o because
+    o = sum_j P_j v_j. Shapes and the causal convention are `flash_attention`'s; with grouped-query attention, dk
+    and dv sum over the query heads of a group. (A GPU kernel puts the k tiles outer, so that each program owns its
+    dK and dV, and accumulates dQ across programs; the arithmetic is the same.)
+    """
+    q, k, v, out, d_out = (np.asarray(x) for x in (q, k, v, out, d_out))
+    t_q, n_heads, head_size = check_shapes(q, k, v)
+    for name, x in (("out", out), ("d_out", d_out)):
+        if x.shape != q.shape:
+            raise ValueError(f"{name} must have q's shape {q.shape}, got {x.shape}")
+    lse = np.asarray(lse)
+    if lse.shape != (t_q, n_heads):
+        raise ValueError(f"lse must have shape (Tq, nh) = {(t_q, n_heads)}, got {lse.shape}")
+    t_k, n_kv_heads = k.shape[:2]
+    schedule = tile_schedule(t_q, t_k, block_q, block_k, causal)
+    scale = 1.0 / math.sqrt(head_size) if scale is None else float(scale)
+    dtype = np.promote_types(q.dtype, np.float32)
+    group = n_heads // n_kv_heads
+
+    def by_group(x):  # (T, nh, ...) -> (nkv, group, T, ...), as in flash_attention
+        x = x.astype(dtype).reshape(x.shape[0], n_kv_heads, group, *x.shape[2:])
+        return np.moveaxis(x, 0, 2)
+
+    qh, oh, doh, lh = by_group(q), by_group(out), by_group(d_out), by_group(lse)
+    kh, vh = (x.astype(dtype).transpose(1, 0, 2)[:, None] for x in (k, v))  # (nkv, 1, Tk, hs)
+    delta = (doh * oh).sum(axis=-1)  # D: (nkv, group, Tq)
+    dq = np.zeros(qh.shape, dtype)
+    dk, dv = (np.zeros((n_kv_heads, group, t_k, head_size), dtype) for _ in range(2))
+    for i, j, masked in schedule:
+        rows = slice(i * block_q, min((i + 1) * block_q, t_q))
+        cols = slice(j * block_k, min((j + 1) * block_k, t_k))
+        p = np.exp(qh[:, :, rows] @ kh[:, :, cols].swapaxes(-1, -2) * dtype.type(scale) - lh[:, :, rows, None])
+        if masked:
+            positions = t_k - t_q + np.arange(rows.start, rows.stop)
+            p = np.where(np.arange(cols.start, cols.stop)[None, :] <= positions[:, None], p, 0.0)
+        dv[:, :, cols] += p.swapaxes(-1, -2) @ doh[:, :, rows]
+        ds = p * (doh[:, :, rows] @ vh[:, :, cols].swapaxes(-1, -2) - delta[:, :, rows, None])
+        dq[:, :, rows] += ds @ kh[:, :, cols] * dtype.type(scale)
+        dk[:, :, cols] += ds.swapaxes(-1, -2) @ qh[:, :, rows] * dtype.type(scale)
+    dq = np.moveaxis(dq, 2, 0).reshape(t_q, n_heads, head_size)
+    dk, dv = (x.sum(axis=1).transpose(1, 0, 2) for x in (dk, dv))  # the group's heads share a key/value head
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
 
 def standard_attention_cost(batch: int, n_heads: int, t: int, head_size: int, dtype: str = "bf16") -> Cost:
