@@ -52,7 +52,9 @@ CHIPS = {
                         "int8": 1978.9 * TERA},
             memory_bandwidth=3.35e12,
             memory_bytes=80e9,
-            source="NVIDIA H100 Tensor Core GPU datasheet (2023), SXM column; fp64 is the FP64 Tensor Core figure.",
+            source="NVIDIA H100 Tensor Core GPU datasheet (2023), SXM column; fp64 is the FP64 Tensor Core figure. "
+                   "The datasheet prints the Tensor Core figures with sparsity (1,979 BF16); the dense ones here are "
+                   "half of those, as the H100 whitepaper's Table 3 gives them.",
         ),
         Chip(
             name="NVIDIA H200 SXM 141GB",
@@ -62,7 +64,8 @@ CHIPS = {
                         "int8": 1978.9 * TERA},
             memory_bandwidth=4.8e12,
             memory_bytes=141e9,
-            source="NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column.",
+            source="NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column; Tensor Core figures are the "
+                   "datasheet's with sparsity, halved.",
             notes="The same Hopper compute as the H100 SXM5 with faster, larger HBM3e: "
                   "memory-bound kernels gain, compute-bound ones do not.",
         ),
