@@ -57,3 +57,20 @@ GPU_LINK = {
     "NVIDIA H200 SXM 141GB": "NVLink 4 (H100/H200 SXM)",
     "NVIDIA A100 SXM4 80GB": "NVLink 3 (A100 SXM)",
 }
+
+# The latencies NCCL's tuning model charges an all-reduce by a ring, in seconds, from NCCL's source:
+# NVIDIA/nccl, src/graph/tuning.cc, ncclTunerConstantsDefaults (v2.30.7; the ring's values are the same
+# since v2.19). A ring all-reduce on p GPUs of one node is charged NCCL_RING_BASE_LATENCY[protocol] once
+# plus 2(p-1) steps of NCCL_RING_STEP_LATENCY[link][protocol]; steps between nodes are charged the
+# "network" value. The three protocols trade latency for bandwidth: LL carries 4 bytes of data in each
+# 8-byte store (the model halves its bandwidth), LL128 120 in each 128 (the model takes 0.92 of it), and
+# Simple all of it, with a memory fence per chunk.
+NCCL_TUNING_SOURCE = "NVIDIA/nccl, src/graph/tuning.cc (v2.30.7), ncclTunerConstantsDefaults"
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+NCCL_RING_BASE_LATENCY = {"LL": 6.6e-6, "LL128": 14.0e-6, "Simple": 8.4e-6}  # baseLatencies, Ring row
+NCCL_RING_STEP_LATENCY = {  # hwLatencies[link][Ring]
+    "NVLink": {"LL": 0.6e-6, "LL128": 1.9e-6, "Simple": 3.4e-6},
+    "PCIe": {"LL": 1.0e-6, "LL128": 2.5e-6, "Simple": 5.7e-6},
+    "network": {"LL": 2.7e-6, "LL128": 4.0e-6, "Simple": 14.0e-6},
+}
+NCCL_BANDWIDTH_SHARE = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}  # of the ring's bus bandwidth, in the model

@@ -6,8 +6,9 @@
 
 Each rank times both on one float32 buffer per size: warm-up runs, then for each repetition a
 dist.barrier, the operation, and the clock stopped once it is done (CUDA events on GPUs, started
-once the host has queued the operation, as nccl-tests' back-to-back iterations do; on CPU the
-wall clock). A rank's time is the median of
+once the host has queued the operation, as nccl-tests' back-to-back iterations do, unless
+hide_host=False; on CPU the wall clock). Each row also holds the host's time to queue one call (the
+median over repetitions and ranks' slowest), what the hidden start leaves out. A rank's time is the median of
 its repetitions; a size's time is the slowest rank's, since an all-reduce is over when the last
 rank has the result. Bandwidths follow nccl-tests: algbw = bytes / time, busbw = algbw x 2(p-1)/p
 (aisys.collectives.busbw), comparable with one link's one-way bandwidth (aisys.interconnect).
@@ -36,29 +37,35 @@ def sweep(backend: str) -> list[int]:
 
 
 def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, warmup: int = 3,
-            timeout: float = 60.0) -> list[dict]:
-    """One row per size: seconds of the ring and of dist.all_reduce, their bus bandwidths, and whether they agree."""
+            timeout: float = 60.0, hide_host: bool = True) -> list[dict]:
+    """One row per size: seconds of the ring and of dist.all_reduce, their bus bandwidths, and whether they agree.
+
+    On GPUs the timing starts once the host has queued the call (`hide_host`), or when the host starts to
+    queue it (hide_host=False: the host's time counts, as it does for one call in a training step)."""
     sizes = [positive_int("sizes[i]", s) for s in sizes]
     if any(s % 4 for s in sizes):
         raise ValueError(f"sizes must be multiples of 4 bytes (float32 buffers), got {sizes}")
     world_size, backend = positive_int("world_size", world_size), one_of("backend", backend, BACKENDS)
     reps, warmup = positive_int("reps", reps), positive_int("warmup", warmup)
-    per_rank = run_ranks(_time_on_rank, world_size, [(sizes, reps, warmup, backend)] * world_size,
+    per_rank = run_ranks(_time_on_rank, world_size, [(sizes, reps, warmup, backend, hide_host)] * world_size,
                          backend=backend, timeout=timeout, wall_timeout=max(600.0, timeout))
     device = per_rank[0]["device"]
     rows = []
     for i, nbytes in enumerate(sizes):
         seconds = {name: max(rank["seconds"][name][i] for rank in per_rank) for name in ALGORITHMS}
+        host = {name: max(rank["host_seconds"][name][i] for rank in per_rank) for name in ALGORITHMS}
         busbw = {name: bus_bandwidth("all_reduce", nbytes, seconds[name], world_size) for name in ALGORITHMS}
         rows.append({"bytes": nbytes, "world_size": world_size, "backend": backend, "device": device,
+                     "host_hidden": hide_host or backend != "nccl",
                      "ring_seconds": seconds["ring"], "baseline_seconds": seconds["baseline"],
+                     "ring_host_seconds": host["ring"], "baseline_host_seconds": host["baseline"],
                      "ring_busbw": busbw["ring"], "baseline_busbw": busbw["baseline"],
                      "ratio": busbw["ring"] / busbw["baseline"],
                      "correct": all(rank["correct"][i] for rank in per_rank)})
     return rows
 
 
-def _time_on_rank(sizes, reps, warmup, backend) -> dict:
+def _time_on_rank(sizes, reps, warmup, backend, hide_host=True) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -68,23 +75,28 @@ def _time_on_rank(sizes, reps, warmup, backend) -> dict:
     device = rank_device(backend)
     algorithms = {"ring": lambda x: ring.all_reduce(x, check_sizes=False), "baseline": dist.all_reduce}
     seconds = {name: [] for name in ALGORITHMS}
+    host_seconds = {name: [] for name in ALGORITHMS}
     correct = []
     for nbytes in sizes:
         buffer = torch.empty(nbytes // 4, device=device)
         agree = True
         for name, algorithm in algorithms.items():
-            times = []
+            times, queued = [], []
             for _ in range(warmup + reps):
                 buffer.fill_(rank + 1)  # sums of small integers: exact in any order
-                times.append(_timed(algorithm, buffer, backend))
+                elapsed, host = _timed(algorithm, buffer, backend, hide_host)
+                times.append(elapsed)
+                queued.append(host)
             seconds[name].append(statistics.median(times[warmup:]))
+            host_seconds[name].append(statistics.median(queued[warmup:]))
             agree = agree and bool((buffer == p * (p + 1) / 2).all())
         correct.append(agree)
     name = torch.cuda.get_device_name(rank) if backend == "nccl" else "CPU (gloo over loopback)"
-    return {"seconds": seconds, "correct": correct, "device": name}
+    return {"seconds": seconds, "host_seconds": host_seconds, "correct": correct, "device": name}
 
 
-def _timed(algorithm, buffer, backend) -> float:
+def _timed(algorithm, buffer, backend, hide_host=True) -> tuple[float, float]:
+    """(seconds the operation took, seconds the host took to return from the call)."""
     import torch
     import torch.distributed as dist
 
@@ -92,18 +104,22 @@ def _timed(algorithm, buffer, backend) -> float:
     if backend != "nccl":
         start = time.perf_counter()
         algorithm(buffer)
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        return elapsed, elapsed
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    # The GPU spins while the host queues the algorithm's kernels (the ring's Python takes ~0.4 ms), so
-    # the events time the link and the kernels, not the host: what nccl-tests gets by running
-    # iterations back to back.
-    torch.cuda._sleep(HOST_HIDING_CYCLES)
+    if hide_host:
+        # The GPU spins while the host queues the algorithm's kernels (the ring's host time is in each row's
+        # ring_host_seconds), so the events time the link and the kernels, not the host: what nccl-tests
+        # gets by running iterations back to back.
+        torch.cuda._sleep(HOST_HIDING_CYCLES)
     start.record()
+    queued = time.perf_counter()
     algorithm(buffer)
+    queued = time.perf_counter() - queued
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / 1e3
+    return start.elapsed_time(end) / 1e3, queued
 
 
 def link_for(device: str):
