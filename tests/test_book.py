@@ -100,6 +100,17 @@ def test_the_home_page_maps_every_exercise_and_where_it_runs(html):
 
 
 @pytest.mark.slow
+def test_no_maths_is_left_as_dollar_signs(html):
+    """A code cell's Markdown output is not parsed for maths: its `$S$` would reach the reader as it is."""
+    left = {}
+    for page in html.glob("0*/*.html"):
+        text = re.sub(r"<(pre|script)\b.*?</\1>|<div class=\"highlight.*?</div>", "", page.read_text(), flags=re.S)
+        if found := re.findall(r"\$[^$<>\s][^$<>]{0,40}\$", text):
+            left[str(page.relative_to(html))] = found
+    assert not left, f"maths shown as typed, not typeset: {left}"
+
+
+@pytest.mark.slow
 def test_one_search_field_a_favicon_and_wrapped_code(html):
     page = (html / "03-tensor-cores" / "tensor-cores.html").read_text()
     assert page.count('class="btn search-button-field') == 1, "the header repeats the sidebar's search field"
