@@ -12,7 +12,8 @@ FLOPs are 4 B nh T^2 hs (half when causal), as FlashAttention's papers count the
 the table gives them as a fraction of the device's dense BF16 Tensor Core peak (aisys.hardware: 989.4
 TFLOP/s on an H100 SXM); bytes are the minimum (q, k, v read once, O written once). Prints the table, the
 issue's target (FlashAttention >= 0.6x SDPA at T = 4096, hs = 128, BF16, causal and not) met or missed, and
-writes every row to PATH (the book reads book/07-inference/flash_attention_h200.json). On a CPU it runs
+writes every row to PATH (the book reads book/07-inference/flash_attention_h100.json), with the versions
+measured and the CUDA kernels SDPA launched for each shape at T = 4096 (which of its backends ran). On a CPU it runs
 each kernel once at tiny sizes in the Triton interpreter (float32), for correctness only: no GPU is
 measured, and the output says so.
 """
@@ -71,6 +72,20 @@ def check_target(rows) -> list[str]:
     return lines
 
 
+def sdpa_kernels(head_size: int, causal: bool) -> list[str]:
+    """The CUDA kernels one SDPA call launches at T = 4096 (their names tell cuDNN, FlashAttention-2 and
+    memory-efficient attention apart), from torch's profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v = benchmark("cuda", head_size, causal).make_inputs(sizes("cuda", head_size)[LENGTHS.index(4096)])
+    fa.sdpa(q, k, v, causal=causal)  # warm: the profile holds one call's kernels only
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        fa.sdpa(q, k, v, causal=causal)
+        torch.cuda.synchronize()
+    return sorted({event.key for event in trace.key_averages() if event.device_type == torch.autograd.DeviceType.CUDA})
+
+
 def main(path: Path) -> None:
     if not path.parent.is_dir():
         raise SystemExit(f"{path.parent} is not a folder: give a path in an existing folder for the rows")
@@ -85,8 +100,16 @@ def main(path: Path) -> None:
     print(bench.table(rows), flush=True)
     if dev == "cuda":
         print("\n== target (issue 8)\n" + "\n".join(check_target(rows)))
-    path.write_text(json.dumps({"device": device.describe(), "rows": [dataclasses.asdict(r) for r in rows]},
-                               indent=1))
+    saved = {"device": device.describe(), "rows": [dataclasses.asdict(r) for r in rows]}
+    if dev == "cuda":
+        import triton
+
+        saved["versions"] = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
+                             "cudnn": torch.backends.cudnn.version()}
+        saved["sdpa_kernels"] = {f"hs{hs} {'causal' if causal else 'full'}": sdpa_kernels(hs, causal)
+                                 for hs in HEAD_SIZES for causal in (False, True)}
+        print("\n== SDPA's kernels at T = 4096\n" + json.dumps(saved["sdpa_kernels"], indent=1))
+    path.write_text(json.dumps(saved, indent=1))
     print(f"rows: {path}")
     wrong = [f"{r.name} {r.size}" for r in rows if not r.correct]
     if wrong:
