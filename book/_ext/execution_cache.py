@@ -2,7 +2,7 @@
 
 myst-nb's cache (jupyter-cache) matches a page by the source of its code cells, so a prose-only edit rebuilds
 without running anything. But pages also import aisys, read the stored measurements next to them and the
-exercises' specs, and run under the pinned packages, and Sphinx re-reads only the pages whose text changed:
+exercises' specs and checks, and run under the pinned packages, and Sphinx re-reads only the pages whose text changed:
 when any of those inputs changes, this drops the whole cache and has Sphinx re-read every page, so every page
 runs again."""
 
@@ -13,9 +13,11 @@ from pathlib import Path
 import aisys
 
 # What pages read besides their own code cells: the aisys they import (wherever it is installed from), the
-# checkout's exercise specs and pins, and the stored measurements and table of contents of the book being built.
+# checkout's exercise specs and checks (the home page's map says where each check runs) and pins, and the stored
+# measurements and table of contents of the book being built.
 REPO = Path(aisys.__file__).resolve().parents[2]
-REPO_INPUTS = ["src/aisys/**/*.py", "solutions/*/*/spec.toml", "requirements/constraints.txt"]
+REPO_INPUTS = ["src/aisys/**/*.py", "solutions/*/*/spec.toml", "solutions/*/*/checks.py",
+               "requirements/constraints.txt"]
 BOOK_INPUTS = ["*/*.json", "*/*.txt", "_toc.yml"]
 
 
