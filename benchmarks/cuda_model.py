@@ -5,7 +5,7 @@ What it measures, each with CUDA C kernels through CuPy and timed with CUDA even
 - the occupancy the driver computes for many (block size, registers, shared memory), against
   `aisys.occupancy`;
 - load latency by pointer chasing (one thread; shared memory, L1, L2, HBM);
-- read bandwidth against the working set (1 MiB to 4 GiB) with loads that bypass L1 (`__ldcg`) and
+- read bandwidth against the working set (4 MiB to 4 GiB) with loads that bypass L1 (`__ldcg`) and
   with loads that may be cached in it, which shows L1, then L2, then HBM; copy bandwidth with strided
   reads (coalescing), and the cost of shared-memory bank conflicts (strided, padded and XOR-swizzled reads);
 - constant-memory reads when a warp's lanes read one address (broadcast) or several;
@@ -21,8 +21,11 @@ It needs a GPU and CuPy; the book runs on a CPU and reads the saved results
 import ctypes
 import datetime
 import json
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -283,9 +286,6 @@ def read_sweep(sms):
 
 def load_instructions():
     """The global-load instructions (SASS) nvcc gives each read kernel for this GPU, read back with cuobjdump."""
-    import re
-    import subprocess
-    import tempfile
     props = cp.cuda.runtime.getDeviceProperties(0)
     arch = f"sm_{props['major']}{props['minor']}"
     with tempfile.TemporaryDirectory() as folder:
@@ -320,8 +320,7 @@ def bandwidths():
     sweep = read_sweep(sms)
     honest = sweep["TB/s"]["__ldcg (L2 only), window moved each step"]
     sizes = sweep["working set (bytes)"]
-    # The key is the one the book has read since the first version; the figure is now the __ldcg read.
-    result["L2 read (16 MiB buffer, re-read)"] = honest[sizes.index(16 * 2**20)]
+    result["L2 read (__ldcg, 16 MiB working set)"] = honest[sizes.index(16 * 2**20)]
     result["HBM read (4 GiB buffer)"] = honest[sizes.index(4 * 2**30)]
     result["read bandwidth by working set"] = sweep
     n = 2**26
