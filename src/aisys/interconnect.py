@@ -65,8 +65,6 @@ GPU_LINK = {
 # "network" value. The three protocols trade latency for bandwidth: LL carries 4 bytes of data in each
 # 8-byte store (the model halves its bandwidth), LL128 120 in each 128 (the model takes 0.92 of it), and
 # Simple all of it, with a memory fence per chunk.
-NCCL_TUNING_SOURCE = "NVIDIA/nccl, src/graph/tuning.cc (v2.30.7), ncclTunerConstantsDefaults"
-NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 NCCL_RING_BASE_LATENCY = {"LL": 6.6e-6, "LL128": 14.0e-6, "Simple": 8.4e-6}  # baseLatencies, Ring row
 NCCL_RING_STEP_LATENCY = {  # hwLatencies[link][Ring]
     "NVLink": {"LL": 0.6e-6, "LL128": 1.9e-6, "Simple": 3.4e-6},

@@ -24,20 +24,20 @@ import numpy as np
 # import cost` would hide the whole package, and with it the launcher the notebook measures with.
 import aisys.collectives.busbw as busbw
 import aisys.collectives.cost as cost
-from aisys.interconnect import LINKS
+from aisys.interconnect import LINKS, NCCL_RING_STEP_LATENCY
 
 from aisys_grader.checks import check, compare_cases
 from aisys_grader.compare import CheckFailure, assert_close, describe, unredacted
 
 MiB, GiB = 2**20, 2**30
 
-# α of one message: the per-step latency of NCCL's tuning model (src/graph/tuning.cc, hwLat, ring with
-# the Simple protocol): 3.4 µs on NVLink, 5.7 µs on PCIe, 14 µs over the network; tens of µs for gloo
-# over loopback TCP, as measured. β is 1 / the link's one-way bandwidth.
+# α of one message: the per-step latency of NCCL's tuning model for a ring with the Simple protocol
+# (aisys.interconnect); tens of µs for gloo over loopback TCP, as measured. β is 1 / the link's one-way bandwidth.
+STEP = {link: latency["Simple"] for link, latency in NCCL_RING_STEP_LATENCY.items()}
 NETWORKS = {
-    "NVLink 4": (3.4e-6, 1 / LINKS["NVLink 4 (H100/H200 SXM)"].bandwidth),
-    "PCIe 5.0 x16": (5.7e-6, 1 / LINKS["PCIe 5.0 x16"].bandwidth),
-    "InfiniBand NDR": (14e-6, 1 / LINKS["InfiniBand NDR"].bandwidth),
+    "NVLink 4": (STEP["NVLink"], 1 / LINKS["NVLink 4 (H100/H200 SXM)"].bandwidth),
+    "PCIe 5.0 x16": (STEP["PCIe"], 1 / LINKS["PCIe 5.0 x16"].bandwidth),
+    "InfiniBand NDR": (STEP["network"], 1 / LINKS["InfiniBand NDR"].bandwidth),
     "loopback TCP": (40e-6, 1 / 3e9),
 }
 VISIBLE_SIZES = (4, 6)  # one power of two, one not
