@@ -224,6 +224,9 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
     """
     __tracebackhide__ = True
     cases = list(cases)
+
+    def why_slow(case) -> str:
+        return slow(case) if callable(slow) else slow
     for i, case in enumerate(cases, 1):
         named = call(case) if call else f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
         label = f"{'hidden case' if hidden else 'case'} {i} of {len(cases)}: {named}"
@@ -233,7 +236,7 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
                             else (student.call(function, returns=returns, **case), 0.0))
         except CheckFailure as failure:
             too_big = budget is not None and any(sign in str(failure) for sign in TOO_BIG)
-            why = (slow(case) if callable(slow) else slow) if too_big else ""
+            why = why_slow(case) if too_big else ""
             raise CheckFailure(f"{label}: {failure}" + (f". {why}" if why else "")) from None
         try:
             if compare is not None:
@@ -253,4 +256,4 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
             unit = "CPU s" if student.cpu_clock else "s"
             took = unredacted(f"{seconds:.2f} {unit}", "longer")  # a time, not data, but printed as a number
             raise CheckFailure(f"{label}: right, but a call may take {budget:g} {unit} at any size, and this one "
-                               f"took {took}: {slow(case) if callable(slow) else slow}")
+                               f"took {took}: {why_slow(case)}")

@@ -195,4 +195,3 @@ def check_needs(checks: Path) -> list[CheckNeeds]:
                 gpus, optional = max(gpus, keywords.get("gpus", 1)), keywords.get("optional", False)
         needs.append(CheckNeeds(node.name, gpus, optional))
     return needs
-
