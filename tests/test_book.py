@@ -100,6 +100,16 @@ def test_the_home_page_maps_every_exercise_and_where_it_runs(html):
 
 
 @pytest.mark.slow
+def test_glued_and_cited_numbers_reach_the_reader(html):
+    page = (html / "07-inference" / "flash-attention.html").read_text()
+    assert 'class="pasted-text">takes ' in page, "a comparison glued by prose.time_against is missing"
+    assert 'class="cited">' in page
+    unrendered = [str(p.relative_to(html)) for p in html.glob("0*/*.html")
+                  if re.search(r"\{(glue:\w+|cited)\}`", p.read_text())]
+    assert not unrendered, f"roles left as typed: {unrendered}"
+
+
+@pytest.mark.slow
 def test_no_maths_is_left_as_dollar_signs(html):
     """A code cell's Markdown output is not parsed for maths: its `$S$` would reach the reader as it is."""
     left = {}

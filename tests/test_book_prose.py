@@ -3,7 +3,6 @@ either glued from data (aisys.prose + myst-nb's glue) or marked `{cited}` as a d
 
 import doctest
 import re
-from pathlib import Path
 
 import pytest
 
@@ -87,7 +86,3 @@ def test_prose_words_a_comparison_one_way():
         prose.time_against(1.0, 0.0, "SDPA")
     with pytest.raises(TypeError, match="text"):
         prose.glue("key", 1.5)
-
-
-def test_a_glued_value_reaches_the_page():
-    assert Path(ROOT / "book" / "_ext" / "cited.py").exists()
