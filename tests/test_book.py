@@ -2,6 +2,7 @@
 
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -25,11 +26,23 @@ def build(book: Path, output: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
+CAUSE = re.compile(r"WARNING|ERROR|Error|Exception|Traceback|didn't respond|failed", re.I)
+
+
+def must_build(done: subprocess.CompletedProcess) -> None:
+    """Fail with the lines that say why the build broke last, where a log's tail (all CI shows) still holds them."""
+    if done.returncode != 0:
+        log = (done.stdout + done.stderr).splitlines()
+        causes = [line for line in log if CAUSE.search(line)][:40]
+        pytest.fail("the book does not build cleanly; the log's end, then its lines that name a cause:\n"
+                    + "\n".join(log[-60:]) + "\n--- causes ---\n" + "\n".join(causes), pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> subprocess.CompletedProcess:
     output = tmp_path_factory.mktemp("book")
     done = build(ROOT / "book", output)
-    assert done.returncode == 0, f"the book does not build cleanly:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    must_build(done)
     done.html = output / "_build" / "html"
     return done
 
@@ -200,23 +213,30 @@ print(json.load(open("data/measured.json")), "run at", time.time())
 """
 
 
-@pytest.mark.slow
-def test_a_prose_edit_runs_nothing_and_a_changed_measurement_runs_its_pages(tmp_path):
-    book = tmp_path / "book"
+def tiny_book(root: Path, page: str, **config) -> Path:
+    """A one-page book with the real book's extensions and settings, `config` added to its Sphinx settings."""
+    book = root / "book"
     (book / "data").mkdir(parents=True)
     for folder in ("_ext", "_static"):
         shutil.copytree(ROOT / "book" / folder, book / folder)
-    config = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())
-    del config["sphinx"]["local_extensions"]["book_map"]  # the tiny book has no chapters to map
-    (book / "_config.yml").write_text(yaml.safe_dump(config))
+    settings = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())
+    del settings["sphinx"]["local_extensions"]["book_map"]  # the tiny book has no chapters to map
+    settings["sphinx"]["config"].update(config)
+    (book / "_config.yml").write_text(yaml.safe_dump(settings))
     (book / "_toc.yml").write_text("format: jb-book\nroot: intro\n")
     (book / "node_modules").symlink_to(ROOT / "book" / "node_modules")
-    (book / "intro.md").write_text(TINY_PAGE)
+    (book / "intro.md").write_text(page)
     (book / "data" / "measured.json").write_text("1.0")
+    return book
+
+
+@pytest.mark.slow
+def test_a_prose_edit_runs_nothing_and_a_changed_measurement_runs_its_pages(tmp_path):
+    book = tiny_book(tmp_path, TINY_PAGE)
 
     def executed() -> bool:
         done = build(book, tmp_path / "out")
-        assert done.returncode == 0, done.stderr[-3000:]
+        must_build(done)
         return "Executed notebook" in done.stdout + done.stderr
 
     assert executed()
@@ -226,3 +246,21 @@ def test_a_prose_edit_runs_nothing_and_a_changed_measurement_runs_its_pages(tmp_
     assert executed(), "the stored measurement changed but the page was not run again"
     assert "2.0 run at" in (tmp_path / "out" / "_build" / "html" / "intro.html").read_text()
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("startup_timeout, builds", [(2, False), (20, True)])
+def test_a_kernel_slow_to_start_gets_the_configured_time(tmp_path, monkeypatch, startup_timeout, builds):
+    # nbclient's own limit is 60 s, and a kernel starved by a loaded machine once ended CI's build with it
+    slow = tmp_path / "jupyter" / "kernels" / "slow"
+    slow.mkdir(parents=True)
+    start = "import time; time.sleep(6); from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+    argv = [sys.executable, "-c", start, "-f", "{connection_file}"]
+    (slow / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "slow", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    page = TINY_PAGE.replace("name: python3", "name: slow")
+    done = build(tiny_book(tmp_path, page, kernel_startup_timeout=startup_timeout), tmp_path / "out")
+    if builds:
+        must_build(done)
+    else:
+        assert done.returncode != 0
+        assert f"didn't respond in {startup_timeout} seconds" in done.stdout + done.stderr
