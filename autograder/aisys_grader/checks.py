@@ -11,6 +11,7 @@ raises CheckFailure saying what is wrong otherwise. A check that needs a GPU cal
 
 import importlib
 import os
+import re
 import secrets
 import statistics
 import time
@@ -257,3 +258,30 @@ def compare_cases(student: Student, function: str, cases: Iterable[dict], refere
             took = unredacted(f"{seconds:.2f} {unit}", "longer")  # a time, not data, but printed as a number
             raise CheckFailure(f"{label}: right, but a call may take {budget:g} {unit} at any size, and this one "
                                f"took {took}: {why_slow(case)}")
+
+
+def compare_property(student: Student, function: str, cases, reference: Callable, *, rng: np.random.Generator,
+                     returns: str, hidden: bool, examples: int = 40, **compare) -> None:
+    """Cases drawn by `cases`, a hypothesis strategy of keyword-argument dicts, each compared as compare_cases does
+    (its keyword arguments pass through in `compare`); a failing case is shrunk to the smallest that still fails, and
+    that one fails the check. The draws follow `rng` (so the check's seed), and nothing is stored between runs."""
+    __tracebackhide__ = True
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as seeded
+    from hypothesis.errors import FlakyFailure, HypothesisException
+
+    @seeded(int(rng.integers(2**63)))
+    @settings(max_examples=examples, database=None, deadline=None, phases=(Phase.generate, Phase.shrink),
+              suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+    @given(cases)
+    def holds(case):
+        compare_cases(student, function, [case], reference, returns=returns, hidden=hidden, **compare)
+
+    try:
+        holds()
+    except CheckFailure as failure:
+        case = re.sub(r"^(hidden )?case 1 of 1: ", "", str(failure))
+        raise CheckFailure(f"the smallest failing case found: {case}") from None
+    except (FlakyFailure, HypothesisException) as error:  # the same input passed once and failed once
+        raise CheckFailure(f"{function} gave different results for the same input on different calls "
+                           f"({type(error).__name__}): it must depend on its arguments alone") from None

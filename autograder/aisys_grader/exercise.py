@@ -27,8 +27,33 @@ else:  # pragma: no cover
 
 PACKAGE = aisys_exercises.__name__
 ID = re.compile(r"(?P<chapter>\d\d-[a-z0-9]+(?:-[a-z0-9]+)*)/(?P<name>[a-z][a-z0-9_]*)")
-SPEC_KEYS = {"title": str, "page": str, "gpus": int, "reference": list, "student_may_import": list, "clean_room": list}
+SPEC_KEYS = {"title": str, "page": str, "gpus": int, "reference": list, "student_may_import": list, "clean_room": list,
+             "drill": dict}
 REQUIRED = ("title", "gpus", "reference", "student_may_import")
+# An interview drill (chapter 9 and any chapter's drills) says so in a [drill] table of its spec.toml.
+DRILL_KEYS = {"topic": str, "difficulty": str, "frequency": str, "language": str, "problem": str, "hints": list}
+DRILL_REQUIRED = ("topic", "difficulty", "frequency", "language", "hints")
+BUDGET_MINUTES = {"easy": 15, "medium": 25, "hard": 40}  # a drill's time budget, by its difficulty
+FREQUENCIES = ("high", "medium", "low")  # how often interviews ask it
+LANGUAGES = ("numpy", "torch", "simt", "triton", "cuda")
+TOPICS = ("reductions", "normalization", "attention", "memory access", "matmul", "vision", "sorting", "decoding",
+          "quantization", "collectives")
+
+
+@dataclass(frozen=True)
+class Drill:
+    """What a drill's [drill] table declares: how it is listed, timed and scheduled, and its hints."""
+
+    topic: str  # one of TOPICS
+    difficulty: str  # easy, medium or hard: the time budget is BUDGET_MINUTES of it
+    frequency: str  # one of FREQUENCIES
+    language: str  # one of LANGUAGES: what the attempt is written in
+    problem: str  # the problem it poses: drills of one problem in several languages share it
+    hints: tuple[str, ...]  # a ladder, from a nudge to nearly the answer: at least two
+
+    @property
+    def budget_minutes(self) -> int:
+        return BUDGET_MINUTES[self.difficulty]
 
 
 @dataclass(frozen=True)
@@ -41,6 +66,7 @@ class Spec:
     student_may_import: tuple[str, ...]  # the only aisys modules a grading kernel holds (with what they import)
     page: str | None = None  # the book page that teaches it, as in book/_toc.yml
     clean_room: tuple[str, ...] = ()  # what kernels and rank functions may import in the clean room (cleanroom.py)
+    drill: Drill | None = None  # an interview drill's listing, budget and hints
 
 
 @dataclass(frozen=True)
@@ -168,7 +194,24 @@ def read_spec(path: Path) -> Spec:
         raise ValueError(f"{path}: gpus must be 0 or more, got {data['gpus']}")
     return Spec(title=data["title"], gpus=data["gpus"], reference=tuple(data["reference"]),
                 student_may_import=tuple(data["student_may_import"]), page=data.get("page"),
-                clean_room=tuple(data.get("clean_room", ())))
+                clean_room=tuple(data.get("clean_room", ())),
+                drill=read_drill(path, data["drill"], path.parent.name) if "drill" in data else None)
+
+
+def read_drill(path: Path, table: dict, name: str) -> Drill:
+    """Validate a spec's [drill] table; an error names the file, the key and what was expected."""
+    label = f"{path} [drill]"
+    check_keys(label, table, DRILL_KEYS, DRILL_REQUIRED)
+    for key, allowed in (("topic", TOPICS), ("difficulty", tuple(BUDGET_MINUTES)), ("frequency", FREQUENCIES),
+                         ("language", LANGUAGES)):
+        if table[key] not in allowed:
+            raise ValueError(f"{label}: {key} must be one of {', '.join(allowed)}; got {table[key]!r}")
+    hints = table["hints"]
+    if len(hints) < 2 or not all(isinstance(h, str) and h.strip() for h in hints):
+        raise ValueError(f"{label}: hints must be a list of at least two non-empty strings, a ladder from a nudge "
+                         f"to nearly the answer; got {hints!r}")
+    return Drill(topic=table["topic"], difficulty=table["difficulty"], frequency=table["frequency"],
+                 language=table["language"], problem=table.get("problem", name), hints=tuple(hints))
 
 
 @dataclass(frozen=True)
