@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 import aisys_exercises
+from aisys.drill.tags import DIFFICULTIES, DRILL_MINUTES, FREQUENCIES, LANGUAGES, TOPICS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,27 +34,22 @@ REQUIRED = ("title", "gpus", "reference", "student_may_import")
 # An interview drill (chapter 9 and any chapter's drills) says so in a [drill] table of its spec.toml.
 DRILL_KEYS = {"topic": str, "difficulty": str, "frequency": str, "language": str, "problem": str, "hints": list}
 DRILL_REQUIRED = ("topic", "difficulty", "frequency", "language", "hints")
-BUDGET_MINUTES = {"easy": 15, "medium": 25, "hard": 40}  # a drill's time budget, by its difficulty
-FREQUENCIES = ("high", "medium", "low")  # how often interviews ask it
-LANGUAGES = ("numpy", "torch", "simt", "triton", "cuda")
-TOPICS = ("reductions", "normalization", "attention", "memory access", "matmul", "vision", "sorting", "decoding",
-          "quantization", "collectives")
 
 
 @dataclass(frozen=True)
 class Drill:
     """What a drill's [drill] table declares: how it is listed, timed and scheduled, and its hints."""
 
-    topic: str  # one of TOPICS
-    difficulty: str  # easy, medium or hard: the time budget is BUDGET_MINUTES of it
-    frequency: str  # one of FREQUENCIES
+    topic: str  # one of aisys.drill.tags.TOPICS, as every tag here
+    difficulty: str  # the time budget is DRILL_MINUTES of it
+    frequency: str
     language: str  # one of LANGUAGES: what the attempt is written in
     problem: str  # the problem it poses: drills of one problem in several languages share it
     hints: tuple[str, ...]  # a ladder, from a nudge to nearly the answer: at least two
 
     @property
     def budget_minutes(self) -> int:
-        return BUDGET_MINUTES[self.difficulty]
+        return DRILL_MINUTES[self.difficulty]
 
 
 @dataclass(frozen=True)
@@ -202,7 +198,7 @@ def read_drill(path: Path, table: dict, name: str) -> Drill:
     """Validate a spec's [drill] table; an error names the file, the key and what was expected."""
     label = f"{path} [drill]"
     check_keys(label, table, DRILL_KEYS, DRILL_REQUIRED)
-    for key, allowed in (("topic", TOPICS), ("difficulty", tuple(BUDGET_MINUTES)), ("frequency", FREQUENCIES),
+    for key, allowed in (("topic", TOPICS), ("difficulty", DIFFICULTIES), ("frequency", FREQUENCIES),
                          ("language", LANGUAGES)):
         if table[key] not in allowed:
             raise ValueError(f"{label}: {key} must be one of {', '.join(allowed)}; got {table[key]!r}")

@@ -1,0 +1,1 @@
+"""The concept cards, one module per topic (see aisys.drill.card)."""
