@@ -14,6 +14,13 @@ Checks are trusted code: when grading, they run in the grader's process and
 reach student code only through `Student.call`, with plain data.
 """
 
+import sys
+
+# jsonschema, under nbformat, imports rfc3987_syntax where it is installed (jupyter-events asks for it), and that
+# builds 38 Lark grammars at import: about 1.9 s of CPU in every process that reads a notebook, for the "iri"
+# string formats no notebook schema uses. A None entry makes that optional import fail fast, as if not installed.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 from .checks import Check, Result, check, checks_for, compare_cases, require_gpu, run
 from .compare import CheckFailure, CheckSkipped, assert_close
 from .notebook import checker

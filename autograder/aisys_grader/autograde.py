@@ -25,7 +25,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
 from traitlets import Bool, Integer, Unicode
 
 from . import records
-from .exercise import find
+from .exercise import exercise_for, find
 from .engine import NotebookGrade, Timeouts, grade_notebook
 from .sandbox import Sandbox
 
@@ -78,7 +78,7 @@ def grade_submission(course: Path, assignment: str, student: str, notebook: str,
     """
     submitted = submitted_path(course, assignment, student, notebook)
     seed = records.notebook_seed(assignment_seed, student, notebook, sha256(submitted))
-    grade = grade_notebook(f"{assignment}/{notebook}", handout(course, assignment, notebook),
+    grade = grade_notebook(exercise_for(assignment, notebook), handout(course, assignment, notebook),
                            read_submission(submitted), seed=seed, sandbox=sandbox, timeouts=timeouts)
     result = _as_result(grade, key=_key(course, assignment, student, notebook, seed))
     skipped = skipped_path(course, assignment, student, notebook)
@@ -97,7 +97,7 @@ def _key(course: Path, assignment: str, student: str, notebook: str, seed: int) 
     parts = [ENGINE_VERSION, str(seed)] + [sha256(p) for p in (
         submitted_path(course, assignment, student, notebook),
         Path(course) / "release" / assignment / f"{notebook}.ipynb",
-        find(f"{assignment}/{notebook}").checks)]
+        find(exercise_for(assignment, notebook)).checks)]
     return hashlib.sha256("/".join(parts).encode()).hexdigest()
 
 
@@ -158,7 +158,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         if result.get("skipped"):  # no grade: SaveGrades records nothing for this notebook
             resources["aisys_skipped"] = result["skipped"]
             self.log.warning("%s/%s/%s: %s; nothing recorded", student, assignment, notebook,
-                             needs_gpu_message(f"{assignment}/{notebook}"))
+                             needs_gpu_message(exercise_for(assignment, notebook)))
         else:
             result["submission_sha256"] = sha256(submitted_path(course, assignment, student, notebook))
             records.record_run(db_url, assignment, student, notebook, result)

@@ -43,6 +43,14 @@ def main(argv: list[str] | None = None) -> int:
                        help="where to write the grades (default: <course>/grades.csv)")
     grade.add_argument("--unsandboxed", action="store_true",
                        help="grade without bubblewrap: submissions can then read the checks and fake their grades")
+    drills = commands.add_parser(
+        "drills", help="hand out a set of interview drills as an nbgrader assignment of its own",
+        description="Put the source notebooks of these drills into <course>/source/<assignment>/, to release with "
+                    "`nbgrader generate_assignment <assignment>` and grade like any assignment: each notebook is "
+                    "graded by its drill's checks, whatever the assignment is called.")
+    drills.add_argument("assignment", help="the new assignment's name, e.g. drills-week-3")
+    drills.add_argument("drills", nargs="+", help="drill ids, as `aisys drill list --kind code` shows them")
+    drills.add_argument("--course", type=Path, default=None, help="the nbgrader course folder (default: autograder/)")
     commands.add_parser("sandbox", help="say whether bubblewrap can sandbox grading on this machine (exit status 1 "
                                         "if it cannot); `aisys doctor` asks this")
     args = parser.parse_args(argv)
@@ -115,6 +123,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{not_graded} student{'s' * (not_graded != 1)} not graded (listed above); "
                   "the others are in the gradebook, grades.csv and feedback")
         return min(not_graded, MAX_STATUS)
+    elif args.command == "drills":
+        from .generate import repository
+        from .scaffold import drill_set
+
+        course = args.course or repository() / "autograder"
+        try:
+            written = drill_set(course, args.assignment, args.drills)
+        except ValueError as error:
+            parser.exit(2, f"aisys-grader: error: {error}\n")
+        for path in written:
+            print(f"wrote {path}")
+        print(f"next: cd {course} && nbgrader generate_assignment {args.assignment}")
     elif args.command == "sandbox":
         from .sandbox import Sandbox
 

@@ -50,6 +50,7 @@ from . import inert, intake, records
 from .autograde import (cached_result, grade_submission, handout, needs_gpu_message, read_submission, result_path,
                         sha256, submitted_path)
 from .engine import Timeouts, student_program
+from .exercise import exercise_for
 from .export import CsvExport
 from .generate import nbgrader_config
 from .sandbox import Limits, Sandbox
@@ -325,7 +326,7 @@ def summary(db_url: str, assignment: str, students: list[str], notebooks: list[s
     be graded in this run (`failed`), and their row counts nothing."""
     rows, failed = [], failed or {}
     for student in students:
-        needs_gpu = [f"{assignment}/{nb}" for nb in notebooks if (student, nb) in ungraded]
+        needs_gpu = [exercise_for(assignment, nb) for nb in notebooks if (student, nb) in ungraded]
         runs = [records.recorded_run(db_url, assignment, student, nb) for nb in notebooks
                 if (student, nb) not in ungraded]  # an older grade of a notebook graded again is not this run's
         runs = [r for r in runs if r is not None and student not in failed]

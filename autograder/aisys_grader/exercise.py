@@ -148,6 +148,20 @@ def find(exercise: str) -> Exercise:
                      f"exercises: {', '.join(known[:5])}{', ...' if len(known) > 5 else ''}")
 
 
+def exercise_for(assignment: str, notebook: str) -> str:
+    """The exercise a notebook of an nbgrader assignment is: '<assignment>/<notebook>' when that is one (an
+    assignment is a chapter), else the drill called `notebook`, from any chapter (drill names are unique: the bank
+    refuses two), so an instructor can hand out any set of drills as an assignment of its own."""
+    exercise = f"{assignment}/{notebook}"
+    if ID.fullmatch(exercise) and any((root / exercise / "spec.toml").is_file() for root in roots()):
+        return exercise
+    drills = [e for e in exercise_ids() if e.split("/")[1] == notebook and find(e).spec.drill is not None]
+    if len(drills) == 1:
+        return drills[0]
+    raise ValueError(f"notebook: {assignment}/{notebook} is neither an exercise of chapter {assignment!r} nor a "
+                     "drill of the bank")
+
+
 def read_toml(path: Path) -> dict:
     """A TOML file's table; ValueError naming the file where it cannot be read."""
     try:

@@ -9,7 +9,7 @@ overwritten.
 import re
 from pathlib import Path
 
-from .exercise import check_id, course_root
+from .exercise import ID, check_id, course_root, exercise_for
 
 TEMPLATES = Path(__file__).parent / "templates"
 FILES = ("notebook.py", "checks.py", "wrong_answers.toml", "spec.toml")
@@ -60,3 +60,20 @@ def toc_with(text: str, exercise: str, toc: Path) -> str:
         end += 1
     lines.insert(end, " " * (indent + 4) + f"- {entry}")
     return "\n".join(lines) + "\n"
+
+
+def drill_set(course: Path, assignment: str, drills: list[str]) -> list[Path]:
+    """Copy the nbgrader source notebooks of `drills` into `course`/source/`assignment`/; the paths written. The
+    assignment must be new, or hold only drills (a chapter's own assignment is not overwritten)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", assignment or "") or ID.fullmatch(f"{assignment}/x"):
+        raise ValueError(f"assignment: expected a name of letters, digits, '-', '_' and '.', not a chapter's "
+                         f"('NN-name'), got {assignment!r}")
+    exercises = [exercise_for(assignment, drill) for drill in drills]  # each a drill, or a ValueError naming it
+    folder = Path(course) / "source" / assignment
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for drill, exercise in zip(drills, exercises):
+        target = folder / f"{drill}.ipynb"
+        target.write_bytes((course_root().parent / "autograder" / "source" / f"{exercise}.ipynb").read_bytes())
+        written.append(target)
+    return written

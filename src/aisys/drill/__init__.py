@@ -6,3 +6,9 @@ spec.toml (solutions/<chapter>/<name>/, graded by the same engine as every exerc
 magic (magic.py) are two front ends over the same functions; the history lives in SQLite (store.py) and the
 schedule is FSRS's (schedule.py).
 """
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext aisys.drill`: the %drill magics (magic.py)."""
+    from .magic import load_ipython_extension as load
+    load(ipython)

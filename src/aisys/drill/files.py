@@ -1,0 +1,57 @@
+"""The files a learner works in: a drill's solution cell as a Python file, or the drill's whole notebook."""
+
+import copy
+import json
+from pathlib import Path
+
+from .bank import Item
+from .grading import handout, solution_cells
+
+SETUP_ONLY = ("aisys_grader", "checker(")  # lines of the setup cell that only bind the notebook's own checks
+
+
+def python_file(item: Item) -> str:
+    """The drill as a Python file: its statement as comments, the setup's imports, and the function to write."""
+    notebook = handout(item)
+    lines = [f"# Drill {item.id}: {item.title}", f"# Check it: aisys drill check {item.id}   "
+             f"Hints: aisys drill hint {item.id}   Budget: {item.budget_minutes} min", "#"]
+    solution = solution_cells(notebook)[0]
+    for cell in notebook.cells:
+        if cell is solution:
+            lines += ["", cell.source.rstrip(), ""]
+        elif cell.cell_type == "markdown":
+            lines += [("# " + line).rstrip() for line in cell.source.splitlines()] + ["#"]
+        elif not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            lines += [line for line in cell.source.splitlines() if not any(s in line for s in SETUP_ONLY)]
+    text = "\n".join(lines).rstrip() + "\n"
+    while "\n\n\n\n" in text:  # at most two blank lines, as PEP 8 puts between functions
+        text = text.replace("\n\n\n\n", "\n\n\n")
+    return text
+
+
+def notebook_file(item: Item) -> str:
+    """The drill's notebook as handed out (its check cells run the visible checks in the learner's kernel)."""
+    import nbformat
+    return nbformat.writes(copy.deepcopy(handout(item)))
+
+
+def write(item: Item, path: Path, *, notebook: bool, force: bool) -> bool:
+    """Write the attempt file unless one is there already (a learner's work is never overwritten without
+    `force`); whether it was written."""
+    path = Path(path)
+    if path.exists() and not force:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(notebook_file(item) if notebook else python_file(item))
+    return True
+
+
+def default_path(item: Item, notebook: bool, folder: Path = Path(".")) -> Path:
+    return Path(folder) / f"drill_{item.id}.{'ipynb' if notebook else 'py'}"
+
+
+def is_notebook(path: Path) -> bool:
+    try:
+        return Path(path).suffix == ".ipynb" and isinstance(json.loads(Path(path).read_text()), dict)
+    except (OSError, ValueError):
+        return False
