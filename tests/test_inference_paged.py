@@ -244,3 +244,12 @@ def test_decode_step_rejects_mismatched_batches():
     cache = PagedKVCache(BlockManager(4, 2), 1, 1, 2)
     with pytest.raises(ValueError, match="seq_ids must be distinct"):
         decode_step(Transformer(), cache, [0, 0], [1, 2], paged_attention)
+
+
+def test_the_vllm_block_size_is_the_schedulers_default():
+    import inspect
+
+    from aisys.inference.paged import VLLM_BLOCK_SIZE
+    from aisys.inference.scheduler import simulate
+
+    assert inspect.signature(simulate).parameters["block_size"].default == VLLM_BLOCK_SIZE

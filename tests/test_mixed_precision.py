@@ -302,3 +302,17 @@ def test_bad_input_is_refused_with_the_argument_named(call, error, words):
     with pytest.raises(error) as raised:
         call()
     assert words in str(raised.value)
+
+
+def test_epsilon_and_fp8_limits_agree_with_torch():
+    for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        assert 2 * mp.FORMATS[name].unit_roundoff == torch.finfo(dtype).eps
+        assert mp.FORMATS[name].smallest_normal == torch.finfo(dtype).tiny
+    for name, dtype in (("fp8_e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")):
+        if hasattr(torch, dtype):
+            assert mp.FORMATS[name].largest == torch.finfo(getattr(torch, dtype)).max
+
+
+def test_mixed_precision_adam_keeps_16_bytes_per_parameter():
+    assert mp.training_bytes_per_parameter() == 16  # ZeRO (Rajbhandari et al., SC 2020), section 3.1
+    assert mp.training_bytes_per_parameter(mp.ADAM_MIXED_PRECISION_STATES[:2]) == 4  # the 16-bit weights and grads

@@ -101,3 +101,19 @@ def test_h200_has_h100_compute_and_more_bandwidth():
 def test_nonsense_is_rejected_with_the_argument_named(call, argument):
     with pytest.raises(ValueError, match=rf"^{argument}\b"):
         call()
+
+
+def test_tensor_core_instruction_shapes():
+    from aisys.dtypes import BITS
+    from aisys.hardware import MMA_SHAPES, peak_formula
+
+    warp = MMA_SHAPES["mma.sync.m16n8k16"].threads
+    for shape in MMA_SHAPES.values():
+        assert shape.instruction.endswith(f"m{shape.m}n{shape.n}k{shape.k}")
+        assert shape.fmas == shape.m * shape.n * shape.k
+        assert shape.threads in (warp, 4 * warp)  # a warp, or a warpgroup of four
+        assert all(dtype in H100.peak_flops for dtype in shape.dtypes)
+        # every shape's K step covers 256 bits of a row of A, whatever the format (PTX ISA's shape tables)
+        assert {shape.k * BITS[dtype] for dtype in shape.dtypes} == {256}
+    wgmma, tc = MMA_SHAPES["wgmma.mma_async.m64n256k16"], peak_formula(H100.name, "bf16")
+    assert wgmma.fmas / (tc.parts * tc.flops_per_clock // 2) == 128  # clocks of an SM's Tensor Cores

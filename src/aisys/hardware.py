@@ -219,6 +219,44 @@ PEAK_FORMULAS: dict[str, dict[str, PeakFormula]] = {
 }
 
 
+# Tensor Core instructions: the M x N x K of the D = A B + C that one instruction computes, from NVIDIA's PTX ISA
+# (version 8.x): "Warp-level matrix multiply-accumulate instructions" (mma.sync, "Matrix shape" and its table of
+# shapes per type) and "Asynchronous warpgroup level matrix multiply-accumulate" (wgmma.mma_async, whose N runs
+# from 8 to 256 in steps of 8; the largest is listed). A warp (32 threads) issues mma.sync, a warpgroup of four
+# warps (128 threads) issues wgmma, which only sm_90a (Hopper) has.
+
+
+@dataclass(frozen=True)
+class MMAShape:
+    instruction: str
+    m: int
+    n: int
+    k: int
+    threads: int  # who issues it: a warp (32) or a warpgroup (128)
+    dtypes: tuple  # the input formats it takes (aisys.dtypes names)
+    arch: str  # the first target that has it for these formats
+
+    @property
+    def fmas(self) -> int:
+        """Multiply-adds one instruction does: M x N x K."""
+        return self.m * self.n * self.k
+
+
+MMA_SHAPES = {shape.instruction: shape for shape in (
+    MMAShape("mma.sync.m16n8k16", 16, 8, 16, 32, ("fp16", "bf16"), "sm_80"),
+    MMAShape("mma.sync.m16n8k8", 16, 8, 8, 32, ("tf32",), "sm_80"),
+    MMAShape("mma.sync.m16n8k32", 16, 8, 32, 32, ("int8",), "sm_80"),
+    MMAShape("wgmma.mma_async.m64n256k16", 64, 256, 16, 128, ("fp16", "bf16"), "sm_90a"),
+    MMAShape("wgmma.mma_async.m64n256k32", 64, 256, 32, 128, ("fp8_e4m3", "fp8_e5m2"), "sm_90a"),
+)}
+
+# A CPU's cache line: the unit its caches hold and its coherence protocol tracks. 64 bytes on every x86 core of
+# the last two decades: Intel 64 and IA-32 Architectures Optimization Reference Manual (the cache hierarchy
+# tables: 64-byte lines in L1, L2 and the last-level cache); AMD Software Optimization Guide for the Zen 4
+# microarchitecture (64-byte cache lines at every level).
+CPU_CACHE_LINE_BYTES = 64
+
+
 def peak_formula(name: str, dtype: str) -> PeakFormula:
     """How `chip(name).peak(dtype)` comes about: units x parts x FLOPs per clock x clock."""
     formulas = PEAK_FORMULAS[one_of("name", name, tuple(PEAK_FORMULAS))]

@@ -21,7 +21,7 @@ from numbers import Real
 import numpy as np
 
 from ._validate import one_of, positive_int
-from .dtypes import ALIASES
+from .dtypes import ALIASES, bytes_per_element
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,20 @@ FORMATS = {
         Format("fp8_e4m3", 4, 3, 448.0, "Micikevicius et al., FP8 Formats for Deep Learning (2022)"),
     ]
 }
+
+# What mixed-precision training with Adam keeps per parameter (Rajbhandari et al., "ZeRO: Memory Optimizations
+# Toward Training Trillion Parameter Models", SC 2020, section 3.1): fp16 parameters and gradients, and for the
+# optimizer an fp32 copy of the parameters with Adam's momentum and variance: 2Ψ + 2Ψ + KΨ bytes for Ψ parameters,
+# with K = 12, 16Ψ in all.
+# Activations, buffers and fragmentation come on top.
+ADAM_MIXED_PRECISION_STATES = (("weights", "fp16"), ("gradients", "fp16"), ("master weights", "fp32"),
+                               ("Adam momentum", "fp32"), ("Adam variance", "fp32"))
+
+
+def training_bytes_per_parameter(states=ADAM_MIXED_PRECISION_STATES) -> float:
+    """Bytes of model and optimizer state per parameter: 16 for mixed precision with Adam (ZeRO, section 3.1)."""
+    return sum(bytes_per_element(dtype) for _, dtype in states)
+
 
 ROUNDED = ("fp32", "tf32", "bf16", "fp16")  # the formats round_to emulates
 ORDERS = ("sequential", "pairwise")
