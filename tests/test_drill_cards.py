@@ -162,21 +162,21 @@ def test_number_judge_uses_the_absolute_tolerance_near_zero():
     assert "or 0.01" in near_zero.judge("1").message
 
 
-@pytest.mark.parametrize("response", ["", " ", "d", "z", "ab", "a b", "1", "second", "(b)", "b c", "?"])
+@pytest.mark.parametrize("response", ["", " ", "d", "z", "ab", "a b", "1", "second", "b c", "?"])
 def test_choice_judge_explains_a_malformed_answer(response):
     verdict = CHOICE.judge(response)
     assert not verdict.correct
     assert "answer with one letter of a, b, c" in verdict.message and "the answer is b) second" in verdict.message
 
 
-@pytest.mark.parametrize("response, correct", [("b", True), ("B", True), ("b)", True), (" b. ", True), ("a", False),
-                                               ("c", False)])
+@pytest.mark.parametrize("response, correct", [("b", True), ("B", True), ("b)", True), ("(b)", True), (" b. ", True),
+                                               ("a", False), ("c", False)])
 def test_choice_judge_reads_one_letter(response, correct):
     verdict = CHOICE.judge(response)
     assert verdict.correct is correct and "the answer is b) second" in verdict.message
 
 
-@pytest.mark.parametrize("response", ["", "  ", "1 3", "a e", "z", "a and c", "first, third", "!?"])
+@pytest.mark.parametrize("response", ["", "  ", "1 3", "a e", "z", "and", "first, third", "!?"])
 def test_several_judge_explains_a_malformed_answer(response):
     verdict = SEVERAL.judge(response)
     assert not verdict.correct
@@ -184,7 +184,7 @@ def test_several_judge_explains_a_malformed_answer(response):
 
 
 @pytest.mark.parametrize("response, correct", [("a c", True), ("c a", True), ("A, C", True), ("ac", True),
-                                               ("a", False), ("a b c", False), ("a c c", True), ("b d", False)])
+                                               ("a and c", True), ("a", False), ("a b c", False), ("a c c", True), ("b d", False)])
 def test_several_judge_reads_letters_in_any_order(response, correct):
     verdict = SEVERAL.judge(response)
     assert verdict.correct is correct and "the answer is a c" in verdict.message

@@ -43,11 +43,13 @@ class Number:
 
     def judge(self, response: str) -> Verdict:
         expected = f"{self.value:.4g}{' ' + self.unit if self.unit else ''}"
-        text = response.strip().replace(",", "").replace("_", "")
-        number = re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", text.split()[0] if text else "")
-        if number is None:
+        # a number, with thousands separated by commas or _ if at all, and any unit after it ("128KiB", "14.8x"),
+        # but not a dangling exponent ("1e") nor hexadecimal ("0x10")
+        match = re.match(r"\s*([-+]?(?:\d{1,3}(?:[,_]\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+                         r"(?![\d.,_]|[eE](?![a-zA-Z])|[xX][0-9a-fA-F])", response)
+        if match is None or not re.match(r"[-+]?\.?\d", match.group(1)):
             return Verdict(False, f"answer with a number (as 3.2 or 3.2e12); expected {expected}")
-        got = float(number.group(0))
+        got = float(match.group(1).replace(",", "").replace("_", ""))
         right = math.isclose(got, self.value, rel_tol=self.rel, abs_tol=self.abs)
         within = f"within {self.rel:.0%}" + (f" or {self.abs:g}" if self.abs else "")
         return Verdict(right, f"expected {expected} ({within}), got {got:g}")
@@ -62,7 +64,7 @@ class Choice:
 
     def judge(self, response: str) -> Verdict:
         letters = "abcdefghij"[:len(self.options)]
-        text = response.strip().lower().rstrip(").")
+        text = response.strip().lower().strip("().")
         right = f"{letters[self.answer]}) {self.options[self.answer]}"
         if len(text) != 1 or text not in letters:
             return Verdict(False, f"answer with one letter of {', '.join(letters)}; the answer is {right}")
@@ -78,7 +80,8 @@ class Several:
 
     def judge(self, response: str) -> Verdict:
         letters = "abcdefghij"[:len(self.options)]
-        picked = re.findall(r"[a-z]", response.lower())
+        words = re.findall(r"[a-z]+", response.lower())  # "a c", "a, c", "a and c", or "ac"
+        picked = list(words[0]) if len(words) == 1 else [w for w in words if len(w) == 1]
         right = " ".join(letters[i] for i in sorted(self.answers))
         if not picked or any(p not in letters for p in picked):
             return Verdict(False, f"answer with letters of {', '.join(letters)}, as \"a c\"; the answer is {right}")
