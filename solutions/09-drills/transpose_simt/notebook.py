@@ -37,7 +37,7 @@
 #   global constants, not an expression (numba fixes it when it compiles): use `TILE_PADDED = TILE + 1`;
 # - **no race and no barrier error**, on a ragged 33 x 65 matrix and on the 64 x 32 one: every thread of
 #   a block reaches the same `cuda.syncthreads()` (never inside an `if`);
-# - the values are graded on shapes from 1 x 1 up to 40 x 40 and 33 x 65, single rows and columns included.
+# - the values are graded on shapes from 1 x 1 to 64 x 32, ragged ones and single rows and columns included.
 #
 # **What is graded where.** The checks call `transpose` in your notebook for its values, but read
 # coalescing, bank conflicts and races from a run of their own: the grader takes the source of the cells you
