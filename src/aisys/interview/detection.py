@@ -1,4 +1,7 @@
-"""Object detection's box arithmetic: intersection over union, the quantity NMS thresholds."""
+"""Object detection's box arithmetic: intersection over union, and greedy non-maximum suppression (NMS) on it."""
+
+import math
+from numbers import Real
 
 import numpy as np
 
@@ -22,3 +25,27 @@ def box_iou(a, b) -> np.ndarray:
     area = lambda boxes: (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])  # noqa: E731
     union = area(a)[:, None] + area(b)[None, :] - inter
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def nms(boxes, scores, iou_threshold) -> np.ndarray:
+    """Greedy non-maximum suppression: the int64 indices of the boxes kept, highest score first.
+
+    Boxes are visited by descending score, ties by lower index first (a stable sort); a box still standing is kept
+    and suppresses every later box whose IoU with it is strictly greater than `iou_threshold`. A suppressed box
+    suppresses nothing. `iou_threshold` is a number in [0, 1].
+    """
+    boxes = _boxes("boxes", boxes)
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.shape != (len(boxes),) or not np.isfinite(scores).all():
+        raise ValueError(f"scores must be {len(boxes)} finite numbers, one per box, got shape {scores.shape}")
+    if isinstance(iou_threshold, bool) or not isinstance(iou_threshold, Real) \
+            or not (math.isfinite(iou_threshold) and 0 <= iou_threshold <= 1):
+        raise ValueError(f"iou_threshold must be a number in [0, 1], got {iou_threshold!r}")
+    iou = box_iou(boxes, boxes)
+    suppressed = np.zeros(len(boxes), dtype=bool)
+    keep = []
+    for i in np.argsort(-scores, kind="stable"):  # stable: equal scores keep index order
+        if not suppressed[i]:
+            keep.append(i)
+            suppressed |= iou[i] > iou_threshold
+    return np.array(keep, dtype=np.int64)
