@@ -25,7 +25,7 @@ def rating(passed: bool, seconds: float, budget_minutes: float, hints: int) -> R
 
 def review(state: str | None, rated: Rating, when: datetime) -> str:
     """The item's FSRS state (JSON; None for an item never reviewed) after a review rated `rated` at `when`."""
-    card = Card.from_json(state) if state else Card(due=when)
+    card = Card.from_json(state) if state else Card(card_id=1, due=when)  # one card per item: its id says nothing
     card, _ = SCHEDULER.review_card(card, rated, review_datetime=when.astimezone(timezone.utc))
     return card.to_json()
 
