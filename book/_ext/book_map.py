@@ -15,6 +15,7 @@ from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 
 NOT_WRITTEN = "This chapter is not written yet."
+BANK_PAGE = "09-drills/bank"  # the table of every interview drill, whichever chapter it belongs to
 
 
 def chapters(book: Path) -> list[dict]:
@@ -77,8 +78,14 @@ class BookMap(SphinxDirective):
         for chapter in listed:
             count = len(chapter["pages"])
             pages = f"{count} page{'s' * (count != 1)}" if chapter["written"] else "*not written yet*"
+            drills = [e for e in chapter["exercises"] if find(e).spec.drill is not None]
             exercises = [f"    - ★ {{doc}}`{_plain(find(e).spec.title)} <exercises/{e}>` ({where_it_runs(e)[1]})"
-                         for e in chapter["exercises"]] or ["    - none yet"]
+                         for e in chapter["exercises"] if e not in drills]
+            if drills:  # too many to list one by one: the bank's page lists every drill (drill_bank.py)
+                runs = sorted({where_it_runs(e)[1] for e in drills}, key=lambda w: w != "CPU")
+                exercises.append(f"    - ★ {len(drills)} timed coding drills ({', '.join(runs)}), listed in "
+                                 f"{{doc}}`{BANK_PAGE}`")
+            exercises = exercises or ["    - none yet"]
             rows += [f"* - {{doc}}`{chapter['file']}` ({pages})", f"  - {teaches[chapter['folder']].strip()}",
                      "  - " + exercises[0].lstrip(), *exercises[1:]]
         rows.append(":::")
