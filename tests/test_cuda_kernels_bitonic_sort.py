@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from aisys import simt
-from aisys.cuda_kernels.bitonic_sort import bitonic_sort, padding_value, stages
+from aisys.cuda_kernels.bitonic_sort import bitonic_sort, bitonic_sort_block, padding_value, stages
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 31, 32, 33, 100])
@@ -41,3 +41,20 @@ def test_one_launch_per_stage_of_the_padded_network(n):
 def test_bitonic_sort_rejects_what_it_cannot_do(x):
     with pytest.raises(ValueError, match="x must be"):
         bitonic_sort(x)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 32, 128])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_one_block_sorts_in_one_launch_through_shared_memory(n, dtype):
+    x = (np.random.default_rng(n).standard_normal(n) * 100).astype(dtype)
+    with simt.profile() as launches:
+        out = bitonic_sort_block(x)
+    assert out.dtype == dtype and (out == np.sort(x)).all()
+    assert len(launches) == 1 and launches[0]["errors"] == []
+    assert launches[0]["global"]["requests"] == 2 * -(-n // 32)  # one load and one store per element
+
+
+@pytest.mark.parametrize("n", [0, 3, 2048])
+def test_one_block_rejects_what_one_block_cannot_sort(n):
+    with pytest.raises(ValueError, match="power of two"):
+        bitonic_sort_block(np.zeros(n, np.float32))

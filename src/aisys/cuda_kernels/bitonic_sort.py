@@ -16,8 +16,15 @@ is the barrier across the whole grid. Hence one launch per stage.
 Lengths that are not a power of two are padded to the next one with the
 largest value of the dtype (+inf for floats): padding sorts after every real
 element, so the first n elements of the sorted padded array are the answer.
+
+`bitonic_sort_block` runs the same network inside one block, for a power of
+two n <= BLOCK_MAX: the block loads the array into shared memory, thread i
+does element i's compare-exchanges, and cuda.syncthreads() is the barrier
+between stages, so the whole sort is one launch that reads and writes global
+memory once per element.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -25,6 +32,7 @@ import numpy as np
 from aisys.simt import cuda
 
 THREADS = 256  # threads per block
+BLOCK_MAX = 1024  # threads of one block: the longest array bitonic_sort_block sorts
 DTYPES = (np.float32, np.int32)
 
 
@@ -73,3 +81,45 @@ def bitonic_sort(x: np.ndarray) -> np.ndarray:
             j //= 2
         k *= 2
     return d_a.copy_to_host()[:n]
+
+
+@functools.cache
+def block_kernel(dtype):
+    """The one-block kernel for one dtype (numba needs the shared array's dtype when it compiles the kernel)."""
+
+    @cuda.jit
+    def bitonic_block_kernel(a):
+        """Sort a (a power of two elements, one thread each) in shared memory, all stages in one launch."""
+        s = cuda.shared.array(BLOCK_MAX, dtype)
+        i = cuda.threadIdx.x
+        s[i] = a[i]
+        k = 2
+        while k <= a.size:
+            j = k // 2
+            while j >= 1:
+                cuda.syncthreads()  # the stage before (or the load) is written before this stage reads it
+                partner = i ^ j
+                if partner > i:  # the lower element of each pair does the compare-exchange
+                    ascending = (i & k) == 0
+                    if (s[i] > s[partner]) == ascending:
+                        s[i], s[partner] = s[partner], s[i]
+                j //= 2
+            k *= 2
+        cuda.syncthreads()
+        a[i] = s[i]
+
+    return bitonic_block_kernel
+
+
+def bitonic_sort_block(x: np.ndarray) -> np.ndarray:
+    """A sorted copy (ascending) of a 1-D float32 or int32 array whose length is a power of two up to BLOCK_MAX,
+    by the bitonic network in the shared memory of one block: one launch of x.size threads."""
+    x = np.asarray(x)
+    if x.ndim != 1 or x.dtype not in DTYPES:
+        raise ValueError(f"x must be a 1-D float32 or int32 array, got {x.ndim} dimensions of {x.dtype}")
+    n = x.size
+    if n < 1 or n > BLOCK_MAX or n & (n - 1):
+        raise ValueError(f"x must have a power of two elements from 1 to {BLOCK_MAX} (one block), got {n}")
+    a = np.array(x)
+    block_kernel(x.dtype.type)[1, n](a)
+    return a
