@@ -44,7 +44,7 @@
 #   $A$ and column panel of $B$ once.
 #
 # On a CPU the kernel runs in Triton's interpreter, one program after the other: the checks keep
-# to products of at most a few hundred along each side. The hidden cases probe 1 x 1 x 1, sizes one
+# $M$ and $N$ to about a hundred at most, and $K$ to 2000. The hidden cases probe 1 x 1 x 1, sizes one
 # below, at and one above a tile, $K = 1$, a single row or column, both layouts, a float16 sum that
 # would pass 65504 halfway along $K$ (the product itself fits), a long $K$ of positive numbers, and
 # small shapes drawn at random (the smallest failing one is shown).
