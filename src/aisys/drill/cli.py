@@ -165,7 +165,10 @@ def do_check(args, history: History, say, code: str | None) -> int:
         if answer is None and code is not None:  # the magic's cell: its lines that are not comments
             answer = " ".join(line.strip() for line in code.splitlines() if line.strip()[:1] not in ("", "#"))
         if answer is None:
-            answer = input(f"{item.card.ask.question}\nyour answer: ")
+            try:
+                answer = input(f"{item.card.ask.question}\nyour answer: ")
+            except EOFError:  # no terminal to ask in
+                raise ValueError(f"--answer: give {item.id}'s answer, as --answer 42 or --answer b") from None
         verdict = item.card.judge(answer)
         attempt = history.record_check(item.id, "card", item.budget_minutes, time.time(), passed=verdict.correct,
                                        failing=None if verdict.correct else f"answered {answer!r}", close=True)
