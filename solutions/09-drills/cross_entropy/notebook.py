@@ -25,8 +25,8 @@
 # - it returns a Python `float`: the mean of `logsumexp(logits[i]) - logits[i, targets[i]]` over the rows
 #   whose target is **not** `ignore_index` (the sum divided by the number of such rows, not by `N`);
 # - when every row is ignored, or there are no rows, it returns **`float("nan")`**, as torch does (0 / 0);
-# - compute in **float64** (convert the logits first): with logits around `1e4`, float32 keeps only about
-#   `1e-3` of the loss;
+# - compute in **float64** (convert the logits first): float32 numbers near `1e4` are about `1e-3` apart,
+#   so a loss computed from logits around `1e4` in float32 is off by about that much;
 # - results are compared with the same mean computed in float64 within a relative and an absolute tolerance
 #   of 1e-7; NaN must be NaN.
 

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # Exercise: LayerNorm forward
 #
-# **You will learn** to write LayerNorm (Ba, Kiros & Hinton, *Layer Normalization*, 2016, section 3.1)
+# **You will learn** to write LayerNorm (Ba, Kiros & Hinton, *Layer Normalization*, 2016, section 3)
 # exactly as the frameworks define it, and the three details an interviewer checks: the variance is the
 # *biased* one (divided by `N`, as `torch.nn.LayerNorm` uses), `eps` goes *inside* the square root (a
 # constant row then gives `beta`, not `0 / 0`), and the variance is computed from distances to the mean,
