@@ -1,0 +1,46 @@
+"""The references of chapter 9's drills (aisys.interview), pinned to torch and to hand-worked cases."""
+
+import numpy as np
+import pytest
+import torch
+
+from aisys.interview import attention
+
+
+@pytest.mark.parametrize("t, s, causal", [(3, 3, False), (3, 3, True), (2, 5, True), (1, 4, True), (4, 2, False)])
+def test_grouped_attention_is_sdpa_with_an_end_aligned_mask(t, s, causal):
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 6, t, 4)).astype(np.float32)
+    k, v = rng.standard_normal((2, 2, 2, s, 4)).astype(np.float32)
+    mask = torch.ones(t, s, dtype=torch.bool).tril(s - t) if causal else None  # query i sees j <= i + s - t
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *map(torch.from_numpy, (q, k, v)), attn_mask=mask, enable_gqa=True).numpy()
+    got = attention.grouped_attention(q, k, v, causal)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_attention_checks_its_arguments():
+    x = np.zeros((1, 2, 3, 4), np.float32)
+    with pytest.raises(ValueError, match="q must be"):
+        attention.grouped_attention(x[0], x, x)
+    with pytest.raises(ValueError, match="multiple"):
+        attention.grouped_attention(np.zeros((1, 3, 3, 4), np.float32), x, x)
+    with pytest.raises(ValueError, match="batch"):
+        attention.grouped_attention(x, np.zeros((2, 2, 3, 4), np.float32), x)
+
+
+def test_decode_step_appends_then_attends_over_every_position():
+    rng = np.random.default_rng(1)
+    k_cache, v_cache = rng.standard_normal((2, 3, 5, 4))
+    q, k, v = rng.standard_normal((3, 3, 4))
+    out, k_all, v_all = attention.decode_step(k_cache, v_cache, q, k, v)
+    np.testing.assert_array_equal(k_all[:, :5], k_cache)
+    np.testing.assert_array_equal(v_all[:, 5], v)
+    weights = torch.softmax(torch.einsum("hd,htd->ht", *map(torch.from_numpy, (q, k_all))) / 2, dim=-1)
+    np.testing.assert_allclose(out, torch.einsum("ht,htd->hd", weights, torch.from_numpy(v_all)).numpy())
+    out, k_all, _ = attention.decode_step(k_cache[:, :0], v_cache[:, :0], q, k, v)  # an empty cache: its own value
+    assert k_all.shape == (3, 1, 4)
+    np.testing.assert_allclose(out, v)
+    with pytest.raises(ValueError, match="shape"):
+        attention.decode_step(k_cache, v_cache, q[:, :2], k, v)
