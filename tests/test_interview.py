@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from aisys.interview import attention
+from aisys.interview import attention, decoding
 
 
 @pytest.mark.parametrize("t, s, causal", [(3, 3, False), (3, 3, True), (2, 5, True), (1, 4, True), (4, 2, False)])
@@ -44,3 +44,18 @@ def test_decode_step_appends_then_attends_over_every_position():
     np.testing.assert_allclose(out, v)
     with pytest.raises(ValueError, match="shape"):
         attention.decode_step(k_cache, v_cache, q[:, :2], k, v)
+
+
+def test_top_k_matches_torch_and_breaks_ties_by_the_lower_index():
+    x = np.random.default_rng(2).standard_normal((3, 4, 9))
+    values, indices = decoding.top_k(x, 4)
+    expected = torch.topk(torch.from_numpy(x), 4)
+    np.testing.assert_array_equal(values, expected.values.numpy())
+    np.testing.assert_array_equal(indices, expected.indices.numpy())
+    assert indices.dtype == np.int64
+    values, indices = decoding.top_k(np.array([1.0, 5.0, 3.0, 5.0, 3.0, -0.0, 0.0]), 6)
+    np.testing.assert_array_equal(indices, [1, 3, 2, 4, 0, 5])
+    assert [a.shape for a in decoding.top_k(x, 0)] == [(3, 4, 0)] * 2
+    np.testing.assert_array_equal(decoding.top_k(x[0, 0], 20)[1], np.argsort(-x[0, 0]))
+    with pytest.raises(ValueError, match="k must"):
+        decoding.top_k(x, -1)
