@@ -59,3 +59,34 @@ def test_top_k_matches_torch_and_breaks_ties_by_the_lower_index():
     np.testing.assert_array_equal(decoding.top_k(x[0, 0], 20)[1], np.argsort(-x[0, 0]))
     with pytest.raises(ValueError, match="k must"):
         decoding.top_k(x, -1)
+
+
+def _exhaustive(log_probs0, log_probs, max_len, eos):
+    """Every sequence that ends at eos or at max_len tokens, scored: what a beam wider than them all finds."""
+    best, frontier = [], [((t,), log_probs0[t]) for t in range(len(log_probs0))]
+    while frontier:
+        best += [h for h in frontier if h[0][-1] == eos or len(h[0]) == max_len]
+        frontier = [(s + (t,), score + log_probs[s[-1], t]) for s, score in frontier
+                    if s[-1] != eos and len(s) < max_len for t in range(len(log_probs0))]
+    return min(best, key=lambda h: (-h[1], h[0]))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_beam_search_with_a_wide_beam_is_exhaustive_and_with_one_greedy(seed):
+    rng = np.random.default_rng(seed)
+    log_probs0, log_probs = np.log(rng.dirichlet(np.ones(4))), np.log(rng.dirichlet(np.ones(4), size=4))
+    tokens, score = decoding.beam_search(log_probs0, log_probs, 4**4, 4, 3)
+    assert (tuple(tokens), score) == _exhaustive(log_probs0, log_probs, 4, 3)
+    greedy = [int(np.argmax(log_probs0))]
+    while greedy[-1] != 3 and len(greedy) < 4:
+        greedy.append(int(np.argmax(log_probs[greedy[-1]])))
+    assert decoding.beam_search(log_probs0, log_probs, 1, 4, 3)[0].tolist() == greedy
+
+
+def test_beam_search_sets_finished_hypotheses_aside_and_breaks_ties_by_the_tokens():
+    # (2,) finishes at step 1 with -1; (0, 2) finishes at step 2 with -1 too, and is the smaller tuple
+    tokens, score = decoding.beam_search(np.array([-1.0, -2, -1]), np.array([[-5.0, -5, 0], [-1] * 3, [-1] * 3]), 2,
+                                         2, 2)
+    assert (tokens.tolist(), score, tokens.dtype) == ([0, 2], -1.0, np.int64)
+    with pytest.raises(ValueError, match="eos"):
+        decoding.beam_search(np.zeros(3), np.zeros((3, 3)), 2, 2, 3)
