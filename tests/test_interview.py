@@ -90,3 +90,21 @@ def test_beam_search_sets_finished_hypotheses_aside_and_breaks_ties_by_the_token
     assert (tokens.tolist(), score, tokens.dtype) == ([0, 2], -1.0, np.int64)
     with pytest.raises(ValueError, match="eos"):
         decoding.beam_search(np.zeros(3), np.zeros((3, 3)), 2, 2, 3)
+
+
+def test_top_p_keeps_the_crossing_token_and_renormalises():
+    quarters = np.zeros(4)  # probabilities exactly 1/4: cumulative sums 1/4, 1/2, 3/4, 1
+    assert decoding.top_p(quarters, 1.0, 0.5, 0.6) == 1  # tokens 0 and 1 kept, renormalised to 1/2 each
+    assert decoding.top_p(quarters, 1.0, 0.5, 0.3) == 0
+    assert decoding.top_p(quarters, 1.0, 0.26, 0.99) == 1  # 1/4 < 0.26: the second token crosses p
+    assert decoding.top_p([1.0, 3.0, 3.0, 0.0], 1.0, 0.5, 0.3) == 1  # tied probabilities: the lower index first
+    assert decoding.top_p([1.0, 4.0, -2.0, 4.0], 0.0, 0.5, 0.9) == 1  # greedy
+    assert decoding.top_p([1000.0, 999.0, 1001.0], 1.0, 1e-9, 0.5) == 2
+    rng = np.random.default_rng(3)  # p = 1 is plain sampling: u walks the whole sorted distribution
+    logits, u = rng.standard_normal(6), rng.uniform()
+    probs = torch.softmax(torch.from_numpy(logits / 0.7), 0).numpy()
+    order = np.argsort(-probs, kind="stable")
+    assert decoding.top_p(logits, 0.7, 1.0, u) == order[np.searchsorted(np.cumsum(probs[order]), u, side="right")]
+    for bad, match in (({"p": 0.0}, "p must"), ({"u": 1.0}, "u must"), ({"temperature": -1.0}, "temperature")):
+        with pytest.raises(ValueError, match=match):
+            decoding.top_p(**{"logits": quarters, "temperature": 1.0, "p": 0.5, "u": 0.5} | bad)
