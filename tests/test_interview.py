@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from aisys.interview import attention, decoding
+from aisys.interview import attention, decoding, quantization
 
 
 @pytest.mark.parametrize("t, s, causal", [(3, 3, False), (3, 3, True), (2, 5, True), (1, 4, True), (4, 2, False)])
@@ -108,3 +108,38 @@ def test_top_p_keeps_the_crossing_token_and_renormalises():
     for bad, match in (({"p": 0.0}, "p must"), ({"u": 1.0}, "u must"), ({"temperature": -1.0}, "temperature")):
         with pytest.raises(ValueError, match=match):
             decoding.top_p(**{"logits": quarters, "temperature": 1.0, "p": 0.5, "u": 0.5} | bad)
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")  # deprecated, still the yardstick
+def test_quantization_matches_torch_per_tensor_and_per_channel():
+    x = np.random.default_rng(4).standard_normal((4, 6)).astype(np.float32).astype(np.float64)  # float32 values
+    scale, zero_point = quantization.choose_params(x, "asymmetric")
+    assert (scale.dtype, zero_point.dtype, scale.shape) == (np.float32, np.int32, (1, 1))
+    expected = torch.quantize_per_tensor(torch.from_numpy(x).float(), float(scale.item()), int(zero_point.item()),
+                                         torch.qint8)
+    codes = quantization.quantize(x, scale, zero_point)
+    np.testing.assert_array_equal(codes, expected.int_repr().numpy())
+    np.testing.assert_array_equal(quantization.dequantize(codes, scale, zero_point), expected.dequantize().numpy())
+    scale, zero_point = quantization.choose_params(x, "symmetric", axis=0)
+    assert scale.shape == zero_point.shape == (4, 1) and not zero_point.any()
+    expected = torch.quantize_per_channel(torch.from_numpy(x).float(), torch.from_numpy(scale.ravel()).double(),
+                                          torch.from_numpy(zero_point.ravel()).long(), 0, torch.qint8)
+    np.testing.assert_array_equal(quantization.quantize(x, scale, zero_point, symmetric=True),
+                                  expected.int_repr().numpy())
+
+
+def test_quantization_rounds_half_to_even_clamps_and_keeps_zero_in_range():
+    np.testing.assert_array_equal(quantization.quantize(np.array([0.25, 0.75, -0.25, -1.25, 1e3, -1e3]), 0.5, 0),
+                                  [0, 2, 0, -2, 127, -128])
+    assert quantization.quantize(np.array([-1e3]), 0.5, 0, symmetric=True)[0] == -127
+    assert quantization.dequantize(np.array([127], np.int8), 0.5, -128)[0] == 127.5  # 255 steps, not int8's -1
+    assert [a.item() for a in quantization.choose_params(np.array([-3.0, 507.0]), "asymmetric")] == [2.0, -126]
+    positive = quantization.choose_params(np.array([1.0, 2.55]), "asymmetric")  # lo is 0, not 1
+    assert [a.item() for a in positive] == [np.float32(0.01), -128]
+    assert [a.item() for a in quantization.choose_params(np.zeros(3), "asymmetric")] == [1.0, -128]
+    scale, zero_point = quantization.choose_params(np.array([[0.0, 0.0], [-1.0, 2.0]]), "symmetric", axis=-2)
+    np.testing.assert_array_equal(scale, np.float32([[1.0], [2 / 127]]))
+    with pytest.raises(ValueError, match="axis"):
+        quantization.choose_params(np.ones((2, 2)), axis=2)
+    with pytest.raises(ValueError, match="zero_point"):
+        quantization.quantize(np.ones(2), 0.5, 200)
