@@ -17,6 +17,7 @@ from aisys_grader.checks import check, compare_cases, compare_property
 from aisys_grader.compare import assert_close, assert_format
 
 TOLERANCE = (1e-6, 0.0)  # scales and dequantized values; codes and zero points are exact
+EXAMPLES = 25  # per property check: three checks, and the explicit cases already hold every known mistake
 SCALES = st.sampled_from([0.25, 0.5, 1.0, 0.1, 0.03]).map(np.float32).map(float)  # a float32's value, as a float
 
 
@@ -79,7 +80,7 @@ def quantize(student, rng, hidden):
                   tolerance=(0, 0), dtype="int8")
     if hidden:
         compare_property(student, "quantize", QUANTIZE_CASES(), quantization.quantize, rng=rng, returns="array",
-                         hidden=hidden, tolerance=(0, 0), dtype="int8")
+                         hidden=hidden, tolerance=(0, 0), dtype="int8", examples=EXAMPLES)
 
 
 @check(points=1)
@@ -99,7 +100,7 @@ def dequantize(student, rng, hidden):
                   tolerance=TOLERANCE, dtype="float32")
     if hidden:
         compare_property(student, "dequantize", DEQUANTIZE_CASES, quantization.dequantize, rng=rng,
-                         returns="array", hidden=hidden, tolerance=TOLERANCE, dtype="float32", examples=20)
+                         returns="array", hidden=hidden, tolerance=TOLERANCE, dtype="float32", examples=EXAMPLES)
 
 
 @check(points=2)
@@ -125,4 +126,4 @@ def choose_params(student, rng, hidden):
                   compare=_params_compare)
     if hidden:
         compare_property(student, "choose_params", PARAMS_CASES(), quantization.choose_params, rng=rng,
-                         returns="list", hidden=hidden, compare=_params_compare)
+                         returns="list", hidden=hidden, compare=_params_compare, examples=EXAMPLES)
