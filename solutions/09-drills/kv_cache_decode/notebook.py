@@ -12,7 +12,7 @@
 # **You will learn** to write the step an inference engine repeats for every generated token: append
 # the new token's key and value to the cache, then let its query attend over every cached position,
 # itself included. The cache is why decoding costs one token's work per step instead of re-running the
-# whole prefix (chapter 7, "KV cache"); getting its bookkeeping right (the order of append and attend,
+# whole prefix (chapter 7, "The KV cache"); getting its bookkeeping right (the order of append and attend,
 # the axis, the length) is what this drill is about.
 #
 # **The conventions, all of them:**
