@@ -100,6 +100,22 @@ def test_rope_rotations_depend_only_on_the_distance_between_positions():
     assert score(3, 1) != pytest.approx(score(3, 2))
 
 
+def test_rope_layouts_match_meta_llama_and_hugging_face():
+    """Interleaved: Meta's Llama code, pairs as complex numbers times e^(i angle); half: Hugging Face's rotate_half."""
+    rng = np.random.default_rng(1)
+    x, positions, hs = rng.standard_normal((5, 3, 8)), np.array([0, 7, 2, 2, 4000]), 8
+    angles = positions[:, None, None] * 10_000.0 ** (-np.arange(0, hs, 2) / hs)  # (T, 1, hs/2)
+    rotated = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angles)
+    np.testing.assert_allclose(model.rope(x, positions), np.stack([rotated.real, rotated.imag], -1).reshape(x.shape))
+    cos, sin = np.cos(np.concatenate([angles, angles], -1)), np.sin(np.concatenate([angles, angles], -1))
+    rotate_half = np.concatenate([-x[..., hs // 2:], x[..., :hs // 2]], -1)
+    np.testing.assert_allclose(model.rope(x, positions, style="half"), x * cos + rotate_half * sin)
+    with pytest.raises(ValueError, match="style"):
+        model.rope(x, positions, style="neox")
+    with pytest.raises(ValueError, match="positions"):
+        model.rope(x, positions[:2])
+
+
 def test_published_parameter_counts():
     # 6.74B, 8.03B and 70.6B are the counts Meta reports for these shapes.
     assert model.LLAMA_2_7B.parameter_count() == pytest.approx(6.738e9, rel=1e-3)

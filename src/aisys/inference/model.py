@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import positive_int, positive_number
+from .._validate import one_of, positive_int, positive_number
 from .attention import attention, softmax
 
 
@@ -196,20 +196,30 @@ def rms_norm(x, gain, eps: float = 1e-5):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * gain
 
 
-def rope(x, positions, theta: float = 10_000.0):
+def rope(x, positions, theta: float = 10_000.0, *, style: str = "interleaved"):
     """Rotary position embedding (Su et al. 2021) of x (T, heads, hs) at `positions` (T,).
 
-    Pairs (x[2i], x[2i+1]) rotate by position * theta^(-2i/hs): the dot product of a rotated
-    query and key depends only on the distance between their positions.
+    Pair i of features rotates by the angle position * theta^(-2i/hs), i = 0 .. hs/2 - 1: the dot
+    product of a rotated query and key depends only on the distance between their positions.
+    `style` says which features pair: "interleaved" (x[2i], x[2i+1]), as in the paper and GPT-J,
+    or "half" (x[i], x[i + hs/2]), as in GPT-NeoX and Hugging Face's Llama (its rotate_half).
     """
+    one_of("style", style, ("interleaved", "half"))
+    x, positions = np.asarray(x), np.asarray(positions)
+    if x.ndim != 3 or x.shape[-1] % 2:
+        raise ValueError(f"x must have shape (tokens, heads, head size) with an even head size, got {x.shape}")
+    if positions.shape != (x.shape[0],):
+        raise ValueError(f"positions must hold one position per token ({x.shape[0]}), got shape {positions.shape}")
     head_size = x.shape[-1]
-    frequencies = theta ** (-np.arange(0, head_size, 2) / head_size)  # (hs/2,)
-    angles = np.asarray(positions, dtype=np.float64)[:, None] * frequencies  # (T, hs/2)
+    pairs = np.arange(head_size // 2)
+    first, second = (2 * pairs, 2 * pairs + 1) if style == "interleaved" else (pairs, pairs + head_size // 2)
+    frequencies = theta ** (-2 * pairs / head_size)  # (hs/2,)
+    angles = positions.astype(np.float64)[:, None] * frequencies  # (T, hs/2)
     cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
-    even, odd = x[..., 0::2], x[..., 1::2]
+    a, b = x[..., first], x[..., second]
     out = np.empty_like(x)
-    out[..., 0::2] = even * cos - odd * sin
-    out[..., 1::2] = even * sin + odd * cos
+    out[..., first] = a * cos - b * sin
+    out[..., second] = a * sin + b * cos
     return out
 
 
