@@ -64,9 +64,14 @@ def check_code(item: Item, path: Path, *, seed: int | None = None) -> Outcome:
 
     seed = secrets.randbits(48) if seed is None else seed
     start = time.monotonic()
-    sandbox = Sandbox.create(allow_unsandboxed=True)
-    grade = grade_notebook(item.exercise, handout(item), submission(item, path), seed=seed, sandbox=sandbox,
+    sandbox = Sandbox.create(allow_unsandboxed=True, probe=False)  # probed only if its kernel does not start
+    attempt = submission(item, path)
+    grade = grade_notebook(item.exercise, handout(item), attempt, seed=seed, sandbox=sandbox,
                            timeouts=Timeouts(**TIMEOUTS))
+    if sandbox.sandboxed and any("kernel could not run" in note for note in grade.notes) and sandbox.problem():
+        sandbox = Sandbox.create(allow_unsandboxed=True)  # bubblewrap is installed but cannot run here
+        grade = grade_notebook(item.exercise, handout(item), attempt, seed=seed, sandbox=sandbox,
+                               timeouts=Timeouts(**TIMEOUTS))
     notes = list(grade.notes)
     if not sandbox.sandboxed:
         notes.append("run in a child process without a sandbox (bubblewrap is not installed)")
