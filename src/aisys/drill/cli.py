@@ -175,7 +175,7 @@ def do_check(args, history: History, say, code: str | None) -> int:
         say(f"{item.id}: {'right' if verdict.correct else 'wrong'}: {verdict.message}")
         say(item.card.ask.explanation)
         if item.page:
-            say(f"(the book: {item.page})")
+            say(f"(taught in the book's {item.page})")
         _after(item, attempt, history, say)
         return 0 if verdict.correct else 1
 
@@ -221,11 +221,12 @@ def _after(item: bank.Item, attempt, history: History, say) -> None:
     """What the check did to the attempt and the schedule."""
     if attempt.ended is None:
         say(f"  the clock runs: {_clock(time.time() - attempt.started)} of {item.budget_minutes} min, "
-            f"{attempt.hints} hints used" + (f"; `aisys drill hint {item.id}` for one" if item.kind == "code" else ""))
+            f"{attempt.hints} hint{'s' * (attempt.hints != 1)} used" + (f"; `aisys drill hint {item.id}` for one" if item.kind == "code" else ""))
         return
     rated = schedule.Rating(attempt.rating).name
     due = schedule.due(history.schedule_of()[item.id])
-    say(f"  recorded: {_clock(attempt.seconds)} against a budget of {item.budget_minutes} min, {attempt.hints} hints: "
+    say(f"  recorded: {_clock(attempt.seconds)} against a budget of {item.budget_minutes} min, {attempt.hints} "
+        f"hint{'s' * (attempt.hints != 1)}: "
         f"rated {rated}; it comes back {_day(due)}")
 
 
