@@ -221,7 +221,8 @@ def _after(item: bank.Item, attempt, history: History, say) -> None:
     """What the check did to the attempt and the schedule."""
     if attempt.ended is None:
         say(f"  the clock runs: {_clock(time.time() - attempt.started)} of {item.budget_minutes} min, "
-            f"{attempt.hints} hint{'s' * (attempt.hints != 1)} used" + (f"; `aisys drill hint {item.id}` for one" if item.kind == "code" else ""))
+            f"{attempt.hints} hint{'s' * (attempt.hints != 1)} used"
+            + (f"; `aisys drill hint {item.id}` for one" if item.kind == "code" else ""))
         return
     rated = schedule.Rating(attempt.rating).name
     due = schedule.due(history.schedule_of()[item.id])
