@@ -232,3 +232,24 @@ def test_next_takes_the_most_overdue_then_the_most_asked_new_item(tmp_path):
         assert cli.pick(items, history, later).id == "i3"  # both due: the failed one is the more overdue
         soon = datetime.fromtimestamp(start, timezone.utc) + timedelta(seconds=1)
         assert cli.pick(items, history, soon).id == "i1"  # nothing due yet: a new one
+
+
+def test_a_mock_interview_keeps_one_clock_and_scores_what_passed_in_time(data, tmp_path):
+    started = drill("mock", "-n", "3", "--topic", "attention", "--minutes", "30").stdout
+    assert "mock interview: 3 items, 30 min for all" in started
+    with History(data) as history:
+        [mock] = history.mocks()
+        code = [i for i in mock.items if bank.find_item(i).kind == "code"]
+        cards = [i for i in mock.items if bank.find_item(i).kind == "card"]
+        assert code and cards, "a mock mixes coding drills and cards"
+        assert all((tmp_path / "mock" / f"drill_{i}.py").is_file() for i in code)
+    card = bank.find_item(cards[0]).card
+    drill("check", card.id, "--answer", str(card.ask.answer.value) if hasattr(card.ask.answer, "value")
+          else " ".join("abcdefghij"[i] for i in getattr(card.ask.answer, "answers", [getattr(card.ask.answer,
+                                                                                          "answer", 0)])))
+    status = drill("mock", "--status").stdout
+    assert "left" in status and f"{card.id}" in status and "1 of 3 within the time limit" in status
+    ended = drill("mock", "--end").stdout
+    assert "1 of 3 within the time limit" in ended and "failed" in ended
+    with History(data) as history:
+        assert all(history.open_attempt(i) is None for i in mock.items)
