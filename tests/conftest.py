@@ -27,15 +27,3 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") and device.current() != "cuda":
         pytest.skip(f"needs a CUDA GPU ({device.describe()})")
 
-
-# Files whose tests share nothing but their code (no module fixture, nothing written outside tmp_path): pytest-xdist
-# deals their tests out to the workers one by one. Every other file runs whole on one worker (`--dist loadgroup`),
-# as its module fixtures (the built book, a graded class) expect. Without this, the exercises' thousand in-process
-# gradings all ran on one of CI's two workers.
-SPREAD = {"test_exercises.py", "test_nbgrader_roundtrip.py", "test_drill.py", "test_drill_cards.py"}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))

@@ -18,6 +18,21 @@ def wrong_answers(exercise: str) -> list[wrong.Answer]:
     return wrong.read(path) if path.exists() else []
 
 
+# The exercises this module tests: the chapters'. The interview drills' are tested by the same functions in
+# test_exercises_drills.py, a file of its own, which pytest-xdist (--dist loadfile) runs on the other worker.
+TESTED = [e for e in EXERCISES if not e.startswith("09-drills/")]
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrize by the TESTED exercises of the module collecting the test (this one or the drills')."""
+    tested = metafunc.module.TESTED
+    if "name" in metafunc.fixturenames:
+        pairs = [(e, a.name) for e in tested for a in wrong_answers(e)]
+        metafunc.parametrize("exercise, name", pairs, ids=[f"{e}:{n}" for e, n in pairs])
+    elif "exercise" in metafunc.fixturenames:
+        metafunc.parametrize("exercise", tested)
+
+
 def skip_if_skipped(exercise: str, results: list) -> None:
     """pytest.skip when any of these check results was skipped: the test cannot show what it is about."""
     skipped = {r.check.name: r.message for r in results if r.skipped}
@@ -25,7 +40,6 @@ def skip_if_skipped(exercise: str, results: list) -> None:
         pytest.skip(f"{exercise}: {sorted(skipped)} {next(iter(skipped.values()))}")
 
 
-@pytest.mark.parametrize("exercise", EXERCISES)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_solution_passes_every_check(exercise, seed):
     """Visible cases (the same for every seed: with the first), and hidden ones from the seed."""
@@ -40,7 +54,6 @@ def test_solution_passes_every_check(exercise, seed):
     skip_if_skipped(exercise, seen)
 
 
-@pytest.mark.parametrize("exercise", EXERCISES)
 def test_blank_student_notebook_fails_every_graded_check(exercise):
     scope = namespace(student_notebook(exercise))
     seen = []
@@ -54,30 +67,23 @@ def test_blank_student_notebook_fails_every_graded_check(exercise):
     skip_if_skipped(exercise, seen)  # a skipped check shows that nothing passes, not that it fails
 
 
-@pytest.mark.parametrize("exercise", EXERCISES)
 def test_every_check_has_one_graded_cell_in_both_notebooks(exercise):
     names = list(checks_for(exercise))
     assert sorted(graded_cells(source_notebook(exercise))) == sorted(names)
     assert sorted(graded_cells(student_notebook(exercise))) == sorted(names)
 
 
-@pytest.mark.parametrize("exercise", EXERCISES)
 def test_student_notebook_holds_no_solution_or_hidden_check(exercise):
     text = student_notebook(exercise).read_text()
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "hidden=True"):
         assert marker not in text
 
 
-@pytest.mark.parametrize("exercise", EXERCISES)
 def test_exercise_has_known_wrong_answers(exercise):
     path = find(exercise).wrong_answers
     assert len(wrong_answers(exercise)) >= 3, f"keep at least three known-wrong answers in {path}"
 
 
-WRONG_ANSWERS = [(e, a.name) for e in EXERCISES for a in wrong_answers(e)]
-
-
-@pytest.mark.parametrize("exercise, name", WRONG_ANSWERS, ids=[f"{e}:{n}" for e, n in WRONG_ANSWERS])
 def test_known_wrong_answer_fails_exactly_its_checks(exercise, name):
     """Each answer edits the solution with a typical mistake (wrong_answers.toml) and lists the checks that must
     reject it; its notebook runs as a student's would. On the first seed every check runs (exactly those listed
