@@ -19,19 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
-
 from aisys.drill import bank, files, grading
 from aisys_grader import InProcessStudent, checks_for, run
-from aisys_grader.exercise import course_root
 
 GOAL_SECONDS = 2.0
-
-
-def solution_of(item) -> str:
-    source = course_root().parent / "autograder" / "source" / f"{item.exercise}.ipynb"
-    cells = nbformat.read(source, as_version=4).cells
-    return next(c.source for c in cells if c.metadata.get("nbgrader", {}).get("solution"))
 
 
 def command(item, attempt: Path, folder: Path) -> tuple[float, str]:
@@ -46,10 +37,8 @@ def command(item, attempt: Path, folder: Path) -> tuple[float, str]:
 
 def floor(item, code: str, runs: int) -> float:
     """The checks alone, visible and hidden, on the solution, in this (warm) process."""
-    setup = next(c.source for c in grading.handout(item).cells if c.cell_type == "code")
     scope: dict = {}
-    exec("\n".join(line for line in setup.splitlines() if "aisys_grader" not in line and "checker(" not in line)
-         + "\n" + code, scope)
+    exec(files.setup_code(grading.handout(item)) + "\n" + code, scope)
     student = InProcessStudent(scope, item.exercise)
     times, checks = [], checks_for(item.exercise).values()
     for seed in range(runs + 1):
@@ -71,7 +60,7 @@ def main() -> int:
     worst = 0.0
     for name in args.drills.split(","):
         item = bank.find_item(name)
-        code = solution_of(item)
+        code = files.solution(item)
         for label, text in (("solution", code), ("blank", files.python_file(item))):
             attempt = folder / f"{name}-{label}.py"
             attempt.write_text(text)

@@ -18,7 +18,6 @@ from aisys.drill import bank, cli, grading, schedule
 from aisys.drill.card import all_cards
 from aisys.drill.store import DATA_ENV, History
 from aisys_grader.exercise import find
-from notebooks import source_notebook
 
 AISYS = [str(Path(sys.executable).parent / "aisys"), "drill"]
 DRILL = "iou"
@@ -26,8 +25,7 @@ DRILL = "iou"
 
 def solution() -> str:
     """The drill's solution cell, as a learner would write it in the file `next` wrote."""
-    cells = nbformat.read(source_notebook(f"09-drills/{DRILL}"), as_version=4).cells
-    return next(c.source for c in cells if c.metadata.get("nbgrader", {}).get("solution"))
+    return cli.files.solution(bank.find_item(DRILL))
 
 
 @pytest.fixture

@@ -1,13 +1,27 @@
 """The files a learner works in: a drill's solution cell as a Python file, or the drill's whole notebook."""
 
 import copy
-import json
 from pathlib import Path
 
 from .bank import Item
 from .grading import handout, solution_cells
 
 SETUP_ONLY = ("aisys_grader", "checker(")  # lines of the setup cell that only bind the notebook's own checks
+
+
+def setup_code(notebook) -> str:
+    """A drill notebook's setup cell, less the lines that bind the notebook's own checks (its imports)."""
+    setup = next(c.source for c in notebook.cells if c.cell_type == "code")
+    return "\n".join(line for line in setup.splitlines() if not any(s in line for s in SETUP_ONLY))
+
+
+def solution(item: Item) -> str:
+    """The drill's solution cell, from its nbgrader source notebook: the answer key, for the book's worked drills,
+    the benchmark and the tests, never for a learner's file."""
+    import nbformat
+    from aisys_grader.exercise import course_root
+    notebook = nbformat.read(course_root().parent / "autograder" / "source" / f"{item.exercise}.ipynb", as_version=4)
+    return solution_cells(notebook)[0].source
 
 
 def python_file(item: Item) -> str:
@@ -49,9 +63,3 @@ def write(item: Item, path: Path, *, notebook: bool, force: bool) -> bool:
 def default_path(item: Item, notebook: bool, folder: Path = Path(".")) -> Path:
     return Path(folder) / f"drill_{item.id}.{'ipynb' if notebook else 'py'}"
 
-
-def is_notebook(path: Path) -> bool:
-    try:
-        return Path(path).suffix == ".ipynb" and isinstance(json.loads(Path(path).read_text()), dict)
-    except (OSError, ValueError):
-        return False
