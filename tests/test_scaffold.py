@@ -73,3 +73,18 @@ def test_new_refuses_what_it_cannot_do_and_overwrites_nothing(tmp_path):
     with pytest.raises(ValueError, match="no chapter '97-none/index'"):
         new("97-none/scale", "t", root=root, toc=toc)
     assert not (root / "97-none").exists() and toc.read_text() == (ROOT / "book" / "_toc.yml").read_text()
+
+
+def test_a_drill_set_is_an_assignment_of_its_own_and_refuses_what_is_not_a_drill(tmp_path):
+    from aisys_grader.scaffold import drill_set
+
+    written = drill_set(tmp_path, "drills-week-1", ["iou", "nms"])
+    assert [p.name for p in written] == ["iou.ipynb", "nms.ipynb"]
+    assert all(p.parent == tmp_path / "source" / "drills-week-1" for p in written)
+    with pytest.raises(ValueError, match=r"'nope' not in the bank"):
+        drill_set(tmp_path, "drills-week-2", ["iou", "nope"])
+    with pytest.raises(ValueError, match="not a chapter's"):
+        drill_set(tmp_path, "09-drills", ["iou"])
+    with pytest.raises(ValueError, match="not in the bank"):
+        drill_set(tmp_path, "w", ["roofline"])  # an exercise, but not a drill
+    assert not (tmp_path / "source" / "drills-week-2").exists()

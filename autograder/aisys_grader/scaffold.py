@@ -9,7 +9,7 @@ overwritten.
 import re
 from pathlib import Path
 
-from .exercise import ID, check_id, course_root, exercise_for
+from .exercise import ID, check_id, course_root, exercise_ids, find
 
 TEMPLATES = Path(__file__).parent / "templates"
 FILES = ("notebook.py", "checks.py", "wrong_answers.toml", "spec.toml")
@@ -68,7 +68,12 @@ def drill_set(course: Path, assignment: str, drills: list[str]) -> list[Path]:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", assignment or "") or ID.fullmatch(f"{assignment}/x"):
         raise ValueError(f"assignment: expected a name of letters, digits, '-', '_' and '.', not a chapter's "
                          f"('NN-name'), got {assignment!r}")
-    exercises = [exercise_for(assignment, drill) for drill in drills]  # each a drill, or a ValueError naming it
+    known = {e.split("/")[1]: e for e in exercise_ids() if find(e).spec.drill is not None}
+    unknown = [drill for drill in drills if drill not in known]
+    if unknown:
+        raise ValueError(f"drills: {', '.join(map(repr, unknown))} not in the bank; its drills are listed by "
+                         f"`aisys drill list --kind code` ({', '.join(sorted(known)[:4])}, ...)")
+    exercises = [known[drill] for drill in drills]
     folder = Path(course) / "source" / assignment
     folder.mkdir(parents=True, exist_ok=True)
     written = []

@@ -51,7 +51,8 @@ class Number:
             return Verdict(False, f"answer with a number (as 3.2 or 3.2e12); expected {expected}")
         got = float(match.group(1).replace(",", "").replace("_", ""))
         right = math.isclose(got, self.value, rel_tol=self.rel, abs_tol=self.abs)
-        within = f"within {self.rel:.0%}" + (f" or {self.abs:g}" if self.abs else "")
+        within = " or ".join(([f"{self.rel:.0%}"] if self.rel else []) + ([f"{self.abs:g}"] if self.abs else []))
+        within = f"within {within}" if within else "exactly"
         return Verdict(right, f"expected {expected} ({within}), got {got:g}")
 
 
