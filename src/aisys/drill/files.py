@@ -9,10 +9,14 @@ from .grading import handout, solution_cells
 SETUP_ONLY = ("aisys_grader", "checker(")  # lines of the setup cell that only bind the notebook's own checks
 
 
+def _without_checker(source: str) -> list[str]:
+    """A code cell's lines less those that bind the notebook's own checks."""
+    return [line for line in source.splitlines() if not any(s in line for s in SETUP_ONLY)]
+
+
 def setup_code(notebook) -> str:
     """A drill notebook's setup cell, less the lines that bind the notebook's own checks (its imports)."""
-    setup = next(c.source for c in notebook.cells if c.cell_type == "code")
-    return "\n".join(line for line in setup.splitlines() if not any(s in line for s in SETUP_ONLY))
+    return "\n".join(_without_checker(next(c.source for c in notebook.cells if c.cell_type == "code")))
 
 
 def solution(item: Item) -> str:
@@ -36,7 +40,7 @@ def python_file(item: Item) -> str:
         elif cell.cell_type == "markdown":
             lines += [("# " + line).rstrip() for line in cell.source.splitlines()] + ["#"]
         elif not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
-            lines += [line for line in cell.source.splitlines() if not any(s in line for s in SETUP_ONLY)]
+            lines += _without_checker(cell.source)
     text = "\n".join(lines).rstrip() + "\n"
     while "\n\n\n\n" in text:  # at most two blank lines, as PEP 8 puts between functions
         text = text.replace("\n\n\n\n", "\n\n\n")

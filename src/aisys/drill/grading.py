@@ -42,9 +42,9 @@ def solution_cells(notebook) -> list:
     return [c for c in notebook.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
 
 
-def submission(item: Item, path: Path):
+def submission(notebook, path: Path):
     """The attempt as a notebook for the engine: a notebook file as it is (None if it does not decode), or a
-    Python file put in the place of the drill's solution cell."""
+    Python file put in the place of the solution cell of `notebook`, the drill's handout."""
     import nbformat
     data = Path(path).read_bytes()
     if Path(path).suffix == ".ipynb":
@@ -52,7 +52,7 @@ def submission(item: Item, path: Path):
             return nbformat.reads(data.decode("utf-8", errors="replace"), as_version=4)
         except Exception:
             return None
-    notebook = copy.deepcopy(handout(item))
+    notebook = copy.deepcopy(notebook)
     solution_cells(notebook)[0].source = data.decode("utf-8", errors="replace")
     return notebook
 
@@ -65,16 +65,16 @@ def check_code(item: Item, path: Path, *, seed: int | None = None) -> Outcome:
     seed = secrets.randbits(48) if seed is None else seed
     start = time.monotonic()
     sandbox = Sandbox.create(allow_unsandboxed=True, probe=False)  # probed only if its kernel does not start
-    attempt = submission(item, path)
-    grade = grade_notebook(item.exercise, handout(item), attempt, seed=seed, sandbox=sandbox,
-                           timeouts=Timeouts(**TIMEOUTS))
+    given = handout(item)
+    attempt = submission(given, path)
+    grade = grade_notebook(item.exercise, given, attempt, seed=seed, sandbox=sandbox, timeouts=Timeouts(**TIMEOUTS))
     if sandbox.sandboxed and any("kernel could not run" in note for note in grade.notes) and sandbox.problem():
         sandbox = Sandbox.create(allow_unsandboxed=True)  # bubblewrap is installed but cannot run here
-        grade = grade_notebook(item.exercise, handout(item), attempt, seed=seed, sandbox=sandbox,
+        grade = grade_notebook(item.exercise, given, attempt, seed=seed, sandbox=sandbox,
                                timeouts=Timeouts(**TIMEOUTS))
     notes = list(grade.notes)
     if not sandbox.sandboxed:
-        notes.append("run in a child process without a sandbox (bubblewrap is not installed)")
+        notes.append("run in a child process without a sandbox (bubblewrap is not installed, or cannot run here)")
     failed = [(name, r.message) for name, r in grade.checks.items() if r.failed]
     return Outcome(passed=not failed and not grade.skipped, score=grade.score, max_score=grade.max_score,
                    failing=f"{failed[0][0]}: {failed[0][1]}" if failed else None, raised=_raised(grade.notebook),
