@@ -139,9 +139,10 @@ def salient_channels(student, rng, hidden):
     _, scales, _ = _unpack(student.call("search_scale", returns="list", **case), case)
     others = np.delete(scales, salient)
     if not (scales[salient] > 1).all() or not scales[salient].min() > others.max():
+        got = ", ".join(f"{v:.3g}" for v in scales[salient])
         raise CheckFailure(f"the salient channels (mean |x| {shown(magnitude, '.3g')} times the others') got scales "
-                           f"{shown(', '.join(f'{v:.3g}' for v in scales[salient]))}, the others up to {shown(others.max(), '.3g')}: AWQ "
-                           "scales up the channels whose activations are large (x_mean ** r), whatever their weights")
+                           f"{shown(got)}, the others up to {shown(others.max(), '.3g')}: AWQ scales up the "
+                           "channels whose activations are large (x_mean ** r), whatever their weights")
 
 
 @check(points=1)
