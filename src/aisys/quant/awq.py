@@ -102,10 +102,11 @@ def search_scale(weight, x, *, bits: int = 4, group_size: int = GROUP_SIZE, n_gr
     weight, x = _layer(weight, x)
     n_grid = positive_int("n_grid", n_grid)
     x_mean = activation_scale(x)
+    original = x @ weight.T  # once, as llm-awq's org_out: each ratio then costs one quantization and one matmul
     errors = []
     for i in range(n_grid):
-        scales = grid_scales(x_mean, i / n_grid)
-        errors.append(output_error(x, weight, quantize_scaled(weight, scales, bits=bits, group_size=group_size)))
+        quantized = quantize_scaled(weight, grid_scales(x_mean, i / n_grid), bits=bits, group_size=group_size)
+        errors.append(float(np.mean((original - x @ quantized.T) ** 2)))  # output_error, x @ weight.T kept
     best = int(np.argmin(errors))  # argmin returns the first of equal minima, as llm-awq's strict `<`
     return Search(best / n_grid, grid_scales(x_mean, best / n_grid), np.array(errors))
 

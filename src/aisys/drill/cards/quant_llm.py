@@ -74,7 +74,8 @@ def llm_int8_is_slow():
         "Mixed-precision decomposition finds the outlier columns of X at run time, gathers them and the matching rows "
         "of W^T, runs an FP16 GEMM on them and an int8 GEMM on the rest, and adds the results: extra passes over "
         "memory and two kernels where one would do. The paper reports it slower than FP16 below a few billion "
-        "parameters. SmoothQuant and AWQ keep one regular GEMM by folding a per-channel scale into the weights instead.")
+        "parameters. SmoothQuant and AWQ keep one regular GEMM by folding a per-channel scale into the weights "
+        "instead.")
 
 
 @card(topic="quantization", difficulty="medium", frequency="high", page=PAGE)
