@@ -127,8 +127,9 @@ check("int8_matmul_long_k", hidden=True)
 # `a_scale` (M, 1) broadcasts down the columns and `b_scale` (1, N) along the rows.
 #
 # Rounding is where implementations differ: $2.5$ rounds to $2$ half to even (what is asked here),
-# to $3$ half away from zero (C's `round`, and gemmlowp's fixed-point arithmetic, which integer-only
-# hardware runs: the book's page shows it). Clamp **before** casting: `np.int8(200)` wraps to -56.
+# to $3$ half away from zero (C's `round`, and the rounding shift of gemmlowp's fixed-point
+# arithmetic, which integer-only hardware runs: the book's page shows it). Clamp **before** casting:
+# `np.int8(200)` wraps to -56.
 
 # %% tags=["solution"]
 def requantize(acc, a_scale, b_scale, out_scale, out_zero_point, bias=None):

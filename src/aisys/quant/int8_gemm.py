@@ -27,8 +27,9 @@ Conventions, stated because libraries differ on each:
   (in (0, 1)) as an int32 M0 in [2**30, 2**31) and a right shift, multiplier = M0 2**-31 2**-shift, and computes
   a rounding "doubling high multiply" then a rounding right shift (gemmlowp's SaturatingRoundingDoublingHighMul
   and RoundingDivideByPOT; Jacob et al. 2018, sec. 2.2). `quantize_multiplier` and `requantize_fixed_point` do
-  exactly that; both of gemmlowp's roundings break ties away from zero, and M0 holds 31 bits of the multiplier,
-  so its results can differ from `requantize` by one code (counted on the book's page).
+  exactly that, as gemmlowp writes it: both round to nearest; on an exact half the shift rounds away from zero
+  and the multiply-high rounds a negative half toward zero (its nudge, then C's truncating division). With those
+  ties and the 31 bits of M0, its codes can differ from `requantize`'s by one (counted on the book's page).
 - dequantize_acc is float32 arithmetic in one stated order: float32(acc) * a_scale * b_scale (+ bias), each step
   rounded to float32; float32(acc) itself rounds once |acc| > 2**24.
 """
@@ -172,7 +173,9 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
 
 
 def _rounding_doubling_high_mul(a: np.ndarray, m0: int) -> np.ndarray:
-    """gemmlowp's SaturatingRoundingDoublingHighMul: round(a * m0 / 2**31), ties away from zero, in int64."""
+    """gemmlowp's SaturatingRoundingDoublingHighMul: a * m0 / 2**31 to nearest in int64, as gemmlowp writes it: a nudge
+    of 2**30 (1 - 2**30 for a negative product), then a division truncating toward zero; a positive half goes up, a
+    negative half toward zero. (Its one saturating case, a = m0 = -2**31, cannot occur: m0 > 0.)"""
     product = a.astype(np.int64) * m0
     nudge = np.where(product >= 0, 1 << 30, 1 - (1 << 30))
     # C's integer division truncates toward zero; numpy's // floors: divide magnitudes
