@@ -234,3 +234,17 @@ def expected_error_factors(H, percdamp: float = 0.01) -> tuple[float, float]:
     H[dead, dead] = 1.0
     H[np.arange(len(H)), np.arange(len(H))] += percdamp * np.mean(np.diag(H))
     return float(np.sum(1.0 / np.diag(U) ** 2)), float(np.trace(H))
+
+
+def update_multiply_adds(d_row: int, d_col: int) -> int:
+    """Multiply-adds of GPTQ's error feedback on a (d_row, d_col) weight: column j's error updates the d_row weights
+    of each of the d_col - 1 - j columns after it (lazy blocks change when, not how many)."""
+    d_row, d_col = positive_int("d_row", d_row), positive_int("d_col", d_col)
+    return d_row * d_col * (d_col - 1) // 2
+
+
+def obq_multiply_adds(d_row: int, d_col: int) -> int:
+    """Multiply-adds of OBQ's inverse updates: every row follows its own order, so each eliminates its own
+    (d_col - k) x (d_col - k) inverse Hessian at step k, k = 0 .. d_col - 1: d_row * sum of squares up to d_col."""
+    d_row, d_col = positive_int("d_row", d_row), positive_int("d_col", d_col)
+    return d_row * d_col * (d_col + 1) * (2 * d_col + 1) // 6
