@@ -23,9 +23,9 @@
 #   CPU (`torch.from_numpy(a).to(torch.float8_e4m3fn).view(torch.uint8).numpy()`); `torch` is importable.
 # - **Saturation.** Clip to `[-max, max]` **before** the cast, as Transformer Engine does: nothing may become
 #   infinity or NaN. (On this torch, 2.13, the CPU cast to `float8_e4m3fn` happens to saturate by itself, infinity
-#   included, but the cast to `float8_e5m2` does not: 61440 becomes `inf`. Older versions gave NaN for E4M3. Do not
-#   rely on either.) A value between 448 and 464 rounds down to 448 in E4M3 and one above 464 would round to the
-#   next binade, past the format: saturation gives 448 for both.
+#   included, but the cast to `float8_e5m2` does not: 61440 becomes `inf`. Older versions are reported to give NaN
+#   for E4M3. Rely on neither.) In E4M3 a value from 448 to 464 rounds to 448 (464 is a tie, and 448's mantissa is
+#   even); one above 464 would round to 480, whose pattern `S.1111.111` is the NaN: saturation gives 448 for both.
 # - **The scale multiplies**: `codes = encode(saturate(x * scale))`, and `x ≈ decode(codes) / scale`. `x` and
 #   `scale` are float32; round the product `x * scale` to float32 first (compute it in float32), then saturate, then
 #   cast.

@@ -8,7 +8,8 @@ Conventions, all stated:
   IEEE-like, with infinities). Encoding rounds to nearest, ties to even; codes are the uint8 bit patterns.
 - saturation: values are clipped to [-max, max] BEFORE the cast, as Transformer Engine does, so nothing overflows
   to infinity or NaN. (torch 2.13's CPU cast to float8_e4m3fn already saturates, infinity included; its cast to
-  float8_e5m2 does not: 61440 becomes inf. Earlier versions gave NaN for E4M3; we do not rely on either.)
+  float8_e5m2 does not: 61440 becomes inf. Earlier versions are reported to give NaN for E4M3, not checked here; we
+  rely on neither.)
 - the scale multiplies: codes = cast(saturate(x * scale)), and x ≈ decode(codes) / scale. x * scale is rounded to
   float32 first (x and scale are float32), then saturated, then cast.
 - scale = fp8_max / amax / 2**margin, rounded to float32; where amax is 0 the scale stays what it was (1 at first),
