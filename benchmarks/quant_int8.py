@@ -102,9 +102,6 @@ def benchmarks(dev: str) -> list[Benchmark]:
     rows = [
         Benchmark("triton int8 gemm", int8_gemm.int8_gemm, int_mm, make_inputs=_int8_inputs(dev), flops=gemm_flops,
                   compute="int8"),
-        # the readable kernel, its addresses computed by the threads: what the TMA kernel above gains over it
-        Benchmark("triton int8 gemm (pointer loads)", lambda a, b: int8_gemm.int8_gemm(a, b, tma=False), int_mm,
-                  make_inputs=_int8_inputs(dev), flops=gemm_flops, compute="int8"),
         # float32 outputs: the kernel's float32 products may be fused (FMA) where torch rounds each: 1e-5 relative
         Benchmark("triton int8 w8a8 fused", fused_w8a8, int_mm_then_scale, make_inputs=_w8a8_inputs(dev),
                   flops=gemm_flops, compute="int8", rtol=1e-5, atol=1e-6),
@@ -159,9 +156,7 @@ def main(path: Path) -> None:
     if dev == "cuda":
         print("\n== summary\n" + summary(rows))
         print("\n== target (issue 20)\n" + check_target(rows))
-        configs = {f"{kernel.fn.__name__} {' '.join(map(str, key))}": str(config)
-                   for kernel in (int8_gemm.int8_gemm_tma_kernel, int8_gemm.int8_gemm_kernel)
-                   for key, config in kernel.cache.items()}
+        configs = {" ".join(map(str, key)): str(config) for key, config in int8_gemm.int8_gemm_kernel.cache.items()}
         print("\n== autotuned configuration per (M, N, K, OUTPUT, dtypes)\n"
               + "\n".join(f"{k}: {v}" for k, v in configs.items()))
     saved = {"device": device.describe(), "torch": torch.__version__, "triton": int8_gemm.triton.__version__,

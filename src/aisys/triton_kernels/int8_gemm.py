@@ -18,17 +18,12 @@ grouped program order, masked loads, a loop over K), with two differences:
 On Hopper, 8-bit wgmma reads both operands K-major from shared memory: B should be a (K, N) view of an (N, K)
 row-major weight (`w.t()`), the layout of a linear layer's weight and the one torch._int_mm and cuBLASLt want.
 Any strides work; others are slower.
-
-`int8_gemm_kernel` is the readable kernel (the exercise's, and the one Triton's interpreter runs on a CPU). On a
-Hopper GPU, with that layout and 16-byte aligned rows, `int8_gemm` runs `int8_gemm_tma_kernel` instead: the same
-tiles and epilogue, its loads and stores done by the Tensor Memory Accelerator from descriptors. At 4096^3 on an
-H200 the pointer kernel reached 0.6x torch._int_mm's speed and the TMA one 1.1x (benchmarks/quant_int8.py).
 """
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from aisys.quant.int8_gemm import max_k
 from aisys.triton_kernels._tensors import interpreted, tensor_on_triton_device
@@ -69,7 +64,7 @@ def _round_half_even(x):
 
 @triton.autotune(configs=INTERPRETER_CONFIGS if interpreted() else GPU_CONFIGS, key=["M", "N", "K", "OUTPUT"])
 @triton.jit
-def int8_gemm_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, bias_ptr, out_scale_ptr, out_zero_point,
+def int8_gemm_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, bias_ptr, out_scale, out_zero_point,
                      M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -97,85 +92,26 @@ def int8_gemm_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, bias_ptr, ou
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    out = _epilogue(acc, offs_m, offs_n, M, N, a_scale_ptr, b_scale_ptr, bias_ptr, out_scale_ptr, out_zero_point,
-                    OUTPUT, HAS_BIAS)
-    tl.store(c_ptrs, out, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
-
-
-@triton.jit
-def _epilogue(acc, offs_m, offs_n, M, N, a_scale_ptr, b_scale_ptr, bias_ptr, out_scale_ptr, out_zero_point,
-              OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """The tile C[offs_m, offs_n] as OUTPUT's type, from its int32 sums still in registers."""
-    if OUTPUT == 0:
-        return acc
     in_m, in_n = offs_m < M, offs_n < N
-    a_scale = tl.load(a_scale_ptr + offs_m, mask=in_m, other=1.0)  # one per token: a row of C
-    b_scale = tl.load(b_scale_ptr + offs_n, mask=in_n, other=1.0)  # one per output channel: a column
-    if OUTPUT == 1:
-        total = acc.to(tl.float64)
-        if HAS_BIAS:
-            total += tl.load(bias_ptr + offs_n, mask=in_n, other=0).to(tl.float64)[None, :]
-        scale = a_scale.to(tl.float64)[:, None] * b_scale.to(tl.float64)[None, :]  # exact: 48 bits
-        codes = _round_half_even(total * scale / tl.load(out_scale_ptr).to(tl.float64)) + out_zero_point
-        return tl.minimum(tl.maximum(codes, -128.0), 127.0).to(tl.int8)
-    out = acc.to(tl.float32) * a_scale[:, None] * b_scale[None, :]
-    if HAS_BIAS:
-        out += tl.load(bias_ptr + offs_n, mask=in_n, other=0.0)[None, :]
-    return out
-
-
-def _set_block_shapes(nargs):
-    """Autotuning's pre-hook: the descriptors move tiles of the configuration's shape."""
-    nargs["a_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_K"]]
-    nargs["b_desc"].block_shape = [nargs["BLOCK_N"], nargs["BLOCK_K"]]
-    nargs["c_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_N"]]
-
-
-# Measured on an H200 at 4096^3 (int32 output): 128 x 128 x 128 in 5 stages on 4 warps beat torch._int_mm; the
-# int32 output tile is staged in shared memory too (64 KiB), which rules out 128 x 256 x 128.
-TMA_CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=stages,
-                             num_warps=warps, pre_hook=_set_block_shapes)
-               for m, n, k, stages, warps in ((128, 128, 128, 5, 4), (128, 128, 128, 4, 8), (128, 256, 64, 4, 8),
-                                              (128, 128, 64, 5, 4))]
-
-
-@triton.autotune(configs=TMA_CONFIGS, key=["M", "N", "K", "OUTPUT"])
-@triton.jit
-def int8_gemm_tma_kernel(a_desc, b_desc, c_desc, a_scale_ptr, b_scale_ptr, bias_ptr, out_scale_ptr, out_zero_point,
-                         M, N, K, OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """The same tile on Hopper, its operands moved by the TMA unit: one descriptor load per operand and step
-    instead of BLOCK x BLOCK_K addresses computed by the threads, edges zero-filled (no masks), B read as the
-    (N, K) weight it is, and the output tile stored by the TMA as well."""
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-        b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
-        acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N],
-                 _epilogue(acc, offs_m, offs_n, M, N, a_scale_ptr, b_scale_ptr, bias_ptr, out_scale_ptr,
-                           out_zero_point, OUTPUT, HAS_BIAS))
-
-
-def _tma_fits(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
-    """Whether the TMA kernel can run: a Hopper or later GPU, row-major a and c, b the transpose of a row-major
-    (N, K) weight, and every row 16-byte aligned (the TMA unit's rule)."""
-    if interpreted() or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] < 9:
-        return False
-    weight = b.t()
-    return (a.is_contiguous() and weight.is_contiguous() and c.is_contiguous()
-            and all(t.stride(0) * t.element_size() % 16 == 0 and t.data_ptr() % 16 == 0 for t in (a, weight, c)))
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    if OUTPUT == 0:
+        tl.store(c_ptrs, acc, mask=in_m[:, None] & in_n[None, :])
+    else:
+        a_scale = tl.load(a_scale_ptr + offs_m, mask=in_m, other=1.0)  # one per token: a row of C
+        b_scale = tl.load(b_scale_ptr + offs_n, mask=in_n, other=1.0)  # one per output channel: a column
+        if OUTPUT == 1:
+            total = acc.to(tl.float64)
+            if HAS_BIAS:
+                total += tl.load(bias_ptr + offs_n, mask=in_n, other=0).to(tl.float64)[None, :]
+            scale = a_scale.to(tl.float64)[:, None] * b_scale.to(tl.float64)[None, :]  # exact: 48 bits
+            codes = _round_half_even(total * scale / out_scale) + out_zero_point  # float64: out_scale is a float32
+            codes = tl.minimum(tl.maximum(codes, -128.0), 127.0)
+            tl.store(c_ptrs, codes.to(tl.int8), mask=in_m[:, None] & in_n[None, :])
+        else:
+            out = acc.to(tl.float32) * a_scale[:, None] * b_scale[None, :]
+            if HAS_BIAS:
+                out += tl.load(bias_ptr + offs_n, mask=in_n, other=0.0)[None, :]
+            tl.store(c_ptrs, out, mask=in_m[:, None] & in_n[None, :])
 
 
 def _vector(name: str, x, length: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -188,14 +124,12 @@ def _vector(name: str, x, length: int, dtype: torch.dtype, device) -> torch.Tens
 
 
 def int8_gemm(a: torch.Tensor, b: torch.Tensor, *, output: str = "int32", a_scale=None, b_scale=None,
-              out_scale: float | None = None, out_zero_point: int = 0, bias=None, tma: bool = True) -> torch.Tensor:
+              out_scale: float | None = None, out_zero_point: int = 0, bias=None) -> torch.Tensor:
     """C = a @ b for int8 a (M, K) and b (K, N), summed in int32, returned as `output`:
 
     "int32": the accumulator; "int8": requantized (a_scale float32 per token (M,) / (M, 1) or one value, b_scale
     per channel (N,) / (1, N) or one value, out_scale a float32 value, out_zero_point, bias int32 (N,));
-    "float32": dequantized, float32(acc) * a_scale * b_scale + bias (float32 (N,)).
-
-    tma=False runs the readable pointer kernel even where the TMA kernel could run (to compare the two)."""
+    "float32": dequantized, float32(acc) * a_scale * b_scale + bias (float32 (N,))."""
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(map(repr, OUTPUTS))}; got {output!r}")
     for name, x in (("a", a), ("b", b)):
@@ -228,14 +162,10 @@ def int8_gemm(a: torch.Tensor, b: torch.Tensor, *, output: str = "int32", a_scal
     def grid(meta):
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
 
-    out_scale_vec = torch.tensor([1.0 if out_scale is None else float(out_scale)], dtype=torch.float32,
-                                 device=a.device)  # float32, loaded by the kernel (a float argument is float32 too)
-    scaling = (a_vec, b_vec, bias_vec, out_scale_vec, int(out_zero_point))
-    flags = {"OUTPUT": OUTPUTS[output], "HAS_BIAS": bias is not None}
-    if tma and _tma_fits(a, b, c):
-        descriptors = [TensorDescriptor.from_tensor(t, [1, 1]) for t in (a, b.t(), c)]  # tiles set per config
-        int8_gemm_tma_kernel[grid](*descriptors, *scaling, M, N, K, **flags)
-    else:
-        int8_gemm_kernel[grid](a, b, c, *scaling, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                               c.stride(0), c.stride(1), **flags)
+    # A float argument reaches the kernel as float32, out_scale's type: passed by value, not in a tensor whose copy
+    # to the GPU would make the host wait for the GPU on every call (it halved the speed measured at 4096^3).
+    out_scale = float(np.float32(1.0 if out_scale is None else out_scale))
+    int8_gemm_kernel[grid](a, b, c, a_vec, b_vec, bias_vec, out_scale, int(out_zero_point),
+                           M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                           OUTPUT=OUTPUTS[output], HAS_BIAS=bias is not None)
     return c
