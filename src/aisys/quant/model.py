@@ -382,6 +382,41 @@ def standard_methods() -> list[Method]:
     ]
 
 
+def from_numpy(function: Callable, **arguments) -> Callable:
+    """A weight function from one on numpy arrays, function(weight, inputs, **arguments) -> weight, such as
+    gptq.gptq_quantize(weight, inputs, bits, group_size) or awq.awq_quantize(weight, inputs, bits, group_size)."""
+    def weight(w, inputs):
+        out = function(w.detach().numpy(), inputs.detach().numpy(), **arguments)
+        return torch.as_tensor(np.asarray(out, dtype=np.float32))
+    return weight
+
+
+def other_methods() -> list[Method]:
+    """GPTQ and AWQ rows, from their modules (aisys.quant.gptq, aisys.quant.awq) where they exist."""
+    import importlib
+    rows = []
+    for module, function, name in (("gptq", "gptq_quantize", "GPTQ"), ("awq", "awq_quantize", "AWQ")):
+        try:
+            quantize = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+        except (ImportError, AttributeError):
+            continue
+        rows.append(Method(f"{name} W4 g32", quantized_bytes(4, 32),
+                           from_numpy(quantize, bits=4, group_size=32)))
+    # SmoothQuant joins as: Method("SmoothQuant W8A8", quantized_bytes(8), rtn(8, "channel"),
+    #   activation_int8("token"), prepare=fold_smoothing(<its scales function (weight, inputs) -> s>))
+    return rows
+
+
+def outlier_ratio(inputs: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per layer, the largest input channel's max |x| over the median channel's: LLM.int8's outlier features
+    (a few channels of magnitude far above the rest, in every token) show up as ratios far above 1."""
+    ratios = {}
+    for name, x in inputs.items():
+        peaks = x.abs().amax(dim=0)
+        ratios[name] = float(peaks.max() / peaks.median())
+    return ratios
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The measurement
 

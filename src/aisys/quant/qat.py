@@ -160,7 +160,7 @@ MLP_SIZES = (8, 64, 64, 4)  # input features, two hidden layers, classes
 FEATURE_SCALES = 2.0 ** torch.linspace(0, 4, MLP_SIZES[0])
 
 
-def mlp_dataset(seed: int = 0, train: int = 2048, test: int = 2048) -> dict:
+def mlp_dataset(seed: int = 0, train: int = 1024, test: int = 2048) -> dict:
     """Points in 8-D labelled by a random teacher network (argmax of 4 outputs), float32 inputs, int64 labels."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(train + test, MLP_SIZES[0], generator=g)
