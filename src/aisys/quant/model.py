@@ -145,17 +145,7 @@ class CharTransformer(nn.Module):
         return {name: m for name, m in self.named_modules() if isinstance(m, nn.Linear) and name.startswith("blocks")}
 
 
-@contextlib.contextmanager
-def one_thread():
-    """One thread and deterministic algorithms for the duration, then the caller's settings back."""
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
+one_thread = qat.one_thread
 
 
 def train(steps: int = STEPS, seed: int = SEED, *, model: CharTransformer | None = None, lr: float = LEARNING_RATE,

@@ -22,6 +22,7 @@ scaled by g = 1 / sqrt(N * Q_P) (N the number of weights the step size covers) s
 the pace of the weights. The data gradient is the straight-through estimator's: 1 where -Q_N < v/s < Q_P, else 0.
 """
 
+import contextlib
 import math
 
 import numpy as np
@@ -187,8 +188,27 @@ def mlp_forward(weights, x: torch.Tensor, quantize=None) -> torch.Tensor:
     return x
 
 
+@contextlib.contextmanager
+def one_thread():
+    """One thread and deterministic algorithms for the duration, then the caller's settings back (small tensors:
+    one thread is as fast, and the result does not depend on the machine's core count)."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
 def mlp_train(weights, x, y, *, steps: int, lr: float, bits: int | None = None) -> list[np.ndarray]:
     """Full-batch Adam on the cross-entropy; with `bits`, every weight fake-quantized per tensor (QAT)."""
+    with one_thread():
+        return _mlp_train(weights, x, y, steps, lr, bits)
+
+
+def _mlp_train(weights, x, y, steps, lr, bits):
     params = [torch.tensor(np.array(w, dtype=np.float32), requires_grad=True) for w in weights]
     x, y = torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(np.asarray(y, np.int64))
     optimizer = torch.optim.Adam(params, lr=lr)
@@ -205,6 +225,6 @@ def mlp_accuracy(weights, x, y, bits: int | None = None) -> float:
     ws = [torch.from_numpy(np.asarray(w, np.float32)) for w in weights]
     if bits is not None:
         ws = [torch.from_numpy(affine.fake_quantize(w.numpy(), bits=bits)) for w in ws]
-    with torch.no_grad():
+    with one_thread(), torch.no_grad():
         predicted = mlp_forward(ws, torch.from_numpy(np.asarray(x, np.float32))).argmax(dim=1)
     return float((predicted.numpy() == np.asarray(y)).mean())
