@@ -1,5 +1,6 @@
 """Checks: fake quantization's forward pass bit for bit, the straight-through gradient at the clamp's exact
-boundary codes, errors on NaN and bad scales, and a QAT fine-tune that recovers accuracy PTQ loses.
+boundary codes, errors on NaN and bad scales, LSQ's gradients, and a QAT fine-tune that recovers accuracy PTQ
+loses.
 
 Forward and backward are compared with `aisys.quant.qat` on the same input, and, where the conventions agree
 (power-of-two scales, so that torch's x * (1 / scale) in float32 equals the float64 x / scale), with
@@ -19,7 +20,7 @@ import torch
 from aisys.quant import affine, qat
 
 from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure, describe, exception_name, shown, unredacted
+from aisys_grader.compare import CheckFailure, assert_close, assert_format, describe, exception_name, shown, unredacted
 
 EXACT = (0.0, 0.0)  # forward and gradient are exact: the same float64 division, rounding and float32 product
 QAT_MARGIN = 0.04  # accuracy QAT must gain over PTQ: the reference gains 0.091 and 0.111 on the two datasets
@@ -158,6 +159,52 @@ def errors(student, rng, hidden):
     for bad in ([0.0] if not hidden else [0.0, -0.5]):
         _raises_value_error(student, "scale", "a scale must be > 0", x=np.ones(3, np.float32),
                             scale=np.float32(bad), **params)
+
+
+LSQ_STEP_TOLERANCE = (1e-5, 1e-7)  # dL/ds is a float32 sum of N terms: its order, free, moves the last bits
+
+
+def _lsq_case(bits: int, step: float, rng) -> dict:
+    """v / step at every branch of eq. 3: below -Q_N, exactly -Q_N and Q_P (the clamped branches), just inside,
+    halves (rounded to even), and far outside."""
+    qp = 2 ** (bits - 1) - 1
+    ratios = [-qp - 5, -qp - 0.5, -qp, -qp + 0.25, -1.5, -0.5, 0.0, 0.5, 0.75, 2.5, qp - 0.5, qp - 0.1, qp, qp + 0.2,
+              qp + 9]
+    v = (np.array(ratios) * step).astype(np.float32)
+    return {"v": v, "step": float(np.float32(step)), "bits": bits,
+            "grad_output": rng.uniform(0.5, 2.0, v.shape).astype(np.float32)}
+
+
+def _lsq_compare(got, expected, case):
+    if not (isinstance(got, list) and len(got) == 3):
+        raise CheckFailure(f"lsq_arrays returned {describe(got)}; expected [v_hat, dL/dv, dL/ds]")
+    what = ("v_hat", "dL/dv", "dL/ds")
+    for i, (g, e) in enumerate(zip(got, expected)):
+        rtol, atol = LSQ_STEP_TOLERANCE if i == 2 else EXACT
+        try:
+            assert_format(g, "float32", where=what[i])
+            assert_close(g, e, rtol=rtol, atol=atol, where=what[i])
+        except CheckFailure as failure:
+            hint = {0: "v_hat = round(clamp(v / s, -Q_N, Q_P)) * s",
+                    1: "dL/dv passes where -Q_N < v/s < Q_P, strictly, and is 0 elsewhere",
+                    2: "dL/ds = g * sum(dL/dv_hat * d): d = round(r) - r inside, -Q_N at or below -Q_N, Q_P at or "
+                       "above Q_P, and g = 1 / sqrt(N * Q_P)"}[i]
+            raise CheckFailure(f"{failure}: {hint}") from None
+
+
+@check(points=2)
+def lsq(student, rng, hidden):
+    """LSQ's quantizer and its gradients (Esser et al. 2020, eq. 3 with g = 1 / sqrt(N Q_P)): every branch, the
+    exact boundaries -Q_N and Q_P, halves; hidden: every bit width and random data."""
+    fixed = np.random.default_rng(0)
+    cases = [_lsq_case(4, 1.0, fixed), _lsq_case(4, 0.5, fixed)]
+    if hidden:
+        cases = [_lsq_case(bits, 2.0 ** -int(rng.integers(0, 4)), rng) for bits in range(2, 9)]
+        for _ in range(3):
+            v = (rng.standard_normal(int(rng.integers(1, 40))) * rng.uniform(0.2, 3)).astype(np.float32)
+            cases.append({"v": v, "step": float(np.float32(rng.uniform(0.05, 0.6))), "bits": int(rng.integers(2, 9)),
+                          "grad_output": rng.standard_normal(v.shape).astype(np.float32)})
+    compare_cases(student, "lsq_arrays", cases, qat.lsq_arrays, returns="list", hidden=hidden, compare=_lsq_compare)
 
 
 @functools.cache

@@ -38,6 +38,18 @@
 # - the checks call `fake_quantize_arrays`, `fake_quantize_backward` and `fake_quantize_error`, given under your
 #   function: they carry numpy arrays to tensors and back. Leave them as they are.
 #
+# **LSQ** (section 2): its quantizer is `v_hat = round(clamp(v / s, -Q_N, Q_P)) * s` with
+# `Q_N = Q_P = 2**(bits-1) - 1` (symmetric codes), and its gradients, with `r = v / s` (computed in **float32**,
+# as `v / step` on float32 tensors):
+# - `dL/dv = dL/dv_hat` where `-Q_N < r < Q_P` (strictly), else 0 (the straight-through estimator on the clamp);
+# - `dL/ds = g * sum(dL/dv_hat * d)`, where `d = round(r) - r` if `-Q_N < r < Q_P`, `d = -Q_N` if `r <= -Q_N`
+#   and `d = Q_P` if `r >= Q_P` (the paper's eq. 3; at exactly `r = Q_P` the clamped branch, `Q_P`), and
+#   `g = 1 / sqrt(N * Q_P)` with `N = v.numel()`, the gradient scale of section 2.2 that lets one step size,
+#   fed by N gradients, learn at the pace of the weights;
+# - `step` is a 0-dimensional float32 tensor; its gradient has its shape. `v_hat` and `dL/dv` are compared with
+#   the reference exactly (one float32 division, rounding half to even, one product), `dL/ds`, a float32 sum whose
+#   order may differ, within a relative 1e-5. The checks call `lsq_arrays`, given under it.
+#
 # **The QAT part**: a multilayer perceptron (three weight matrices `(out, in)`, no biases, ReLU between them, given
 # as `mlp_forward` below) classifies points; its float weights are trained for you. `fake_quantize_weight(w,
 # bits)` fake-quantizes a weight **per tensor, symmetric**, with `scale = max|w| / qmax` computed in float64 from
@@ -154,7 +166,63 @@ check("errors", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 2. Quantization-aware training
+# ## 2. LSQ: a learned step size
+#
+# Learned Step Size Quantization (Esser et al. 2020, arXiv 1902.08153) makes the scale a parameter that trains.
+# Write its quantizer and both gradients as stated at the top (**LSQ**).
+#
+# `lsq_arrays(v, step, bits, grad_output)`, given below, is what the check calls.
+
+# %% tags=["solution"]
+class LSQQuantize(torch.autograd.Function):
+    """round(clamp(v / s, -qn, qp)) * s, with LSQ's gradients for v and for the step size s."""
+
+    @staticmethod
+    def forward(ctx, v, step, qn, qp, grad_scale):
+        ### BEGIN SOLUTION
+        ratio = v / step
+        ctx.save_for_backward(ratio)
+        ctx.qn, ctx.qp, ctx.grad_scale = qn, qp, grad_scale
+        return torch.round(ratio.clamp(-qn, qp)) * step
+        ### END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        ### BEGIN SOLUTION
+        (ratio,) = ctx.saved_tensors
+        below, above = ratio <= -ctx.qn, ratio >= ctx.qp
+        inside = ~(below | above)
+        d = torch.where(inside, torch.round(ratio) - ratio, torch.where(below, -float(ctx.qn), float(ctx.qp)))
+        grad_step = ((grad_output * d).sum() * ctx.grad_scale).reshape(())
+        return grad_output * inside.to(grad_output.dtype), grad_step, None, None, None
+        ### END SOLUTION
+
+
+def lsq_quantize(v, step, bits=4):
+    """LSQ's quantizer of v with the learnable scalar step size `step` (symmetric codes)."""
+    ### BEGIN SOLUTION
+    qp = 2 ** (bits - 1) - 1
+    return LSQQuantize.apply(v, step, qp, qp, 1.0 / math.sqrt(v.numel() * qp))
+    ### END SOLUTION
+
+
+def lsq_arrays(v, step, bits, grad_output):
+    """What the check calls: [v_hat, dL/dv, dL/ds] as float32 numpy arrays, given dL/dv_hat."""
+    v = torch.tensor(np.array(v, dtype=np.float32), requires_grad=True)
+    s = torch.tensor(float(step), dtype=torch.float32, requires_grad=True)
+    lsq_quantize(v, s, bits).backward(torch.from_numpy(np.array(grad_output, dtype=np.float32)))
+    out = lsq_quantize(v.detach(), s.detach(), bits)
+    return [out.numpy(), v.grad.numpy(), s.grad.numpy()]
+
+
+# %% tags=["check"]
+check("lsq")
+### BEGIN HIDDEN TESTS
+check("lsq", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. Quantization-aware training
 #
 # `mlp_forward` is given. Write `fake_quantize_weight` (per tensor, symmetric, the scale from the detached weight)
 # and `train_qat`. The cell after them trains a float model, rounds it to 4 bits (post-training quantization,

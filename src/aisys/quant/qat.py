@@ -143,6 +143,17 @@ def lsq_quantize(v: torch.Tensor, step: torch.Tensor, bits: int = 4) -> torch.Te
     return LSQQuantize.apply(v, step, qn, qp, lsq_grad_scale(v.numel(), bits))
 
 
+def lsq_arrays(v, step: float, bits: int, grad_output) -> list:
+    """[v_hat, dL/dv, dL/ds] (float32 arrays, the last of shape ()) of LSQ on numpy values, given dL/dv_hat."""
+    v = torch.tensor(np.array(v, dtype=np.float32), requires_grad=True)
+    if not torch.isfinite(v).all():
+        raise ValueError("v must hold finite values")
+    s = torch.tensor(float(step), dtype=torch.float32, requires_grad=True)
+    out = lsq_quantize(v, s, bits)
+    out.backward(torch.tensor(np.array(grad_output, dtype=np.float32)))
+    return [out.detach().numpy(), v.grad.numpy(), s.grad.numpy()]
+
+
 def lsq_step_gradient(v, step: float, bits: int, grad_output) -> float:
     """dL/ds of LSQ (eq. 3 times g) for values v, a step size and dL/dv_hat: a float."""
     v = torch.tensor(np.array(v, dtype=np.float32))
