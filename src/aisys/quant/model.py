@@ -5,7 +5,9 @@ attention, a SwiGLU MLP), in torch, with trained weights: it reads the book's ow
 `book/**/*.md` outside `_build` and `node_modules`, in sorted path order, one newline between files) as UTF-8
 bytes, so the vocabulary is the 256 byte values and nothing is downloaded. The bytes split into training (the
 first 85%), calibration (the next 5%) and validation (the last 10%) data. Training is seeded and runs on one
-thread with deterministic algorithms, so a build gets the same weights every time (for the same book text).
+thread with deterministic algorithms, so a build gets the same weights every time for the same book text on the
+same kind of CPU (torch's kernels may round differently on another instruction set). The corpus includes chapter
+8's own pages: editing any page changes the model a little, and the measured numbers with it.
 
 `measure_methods(model, methods)` is the chapter's measurement: for every linear layer of the blocks (the
 embedding and the output layer stay in float32, as most deployments leave them), it collects the layer's inputs
