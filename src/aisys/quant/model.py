@@ -384,19 +384,19 @@ def from_numpy(function: Callable, **arguments) -> Callable:
 
 
 def other_methods() -> list[Method]:
-    """GPTQ and AWQ rows, from their modules (aisys.quant.gptq, aisys.quant.awq) where they exist."""
-    import importlib
-    rows = []
-    for module, function, name in (("gptq", "gptq_quantize", "GPTQ"), ("awq", "awq_quantize", "AWQ")):
-        try:
-            quantize = getattr(importlib.import_module(f"{__package__}.{module}"), function)
-        except (ImportError, AttributeError):
-            continue
-        rows.append(Method(f"{name} W4 g32", quantized_bytes(4, 32),
-                           from_numpy(quantize, bits=4, group_size=32)))
-    # SmoothQuant joins as: Method("SmoothQuant W8A8", quantized_bytes(8), rtn(8, "channel"),
-    #   activation_int8("token"), prepare=fold_smoothing(<its scales function (weight, inputs) -> s>))
-    return rows
+    """The GPTQ, AWQ and SmoothQuant rows, from the chapter's references of those methods."""
+    from . import awq, gptq, smoothquant
+
+    def smoothing(weights, inputs):  # SmoothQuant's scales with the paper's default migration strength
+        return smoothquant.smoothing_scales(smoothquant.act_max(inputs.numpy()), [weights.numpy()], alpha=0.5)
+
+    return [
+        Method("GPTQ W4 g32", quantized_bytes(4, 32),
+               from_numpy(lambda w, x, **kw: gptq.gptq_quantize(w, x, **kw).weight, bits=4, group_size=32)),
+        Method("AWQ W4 g32", quantized_bytes(4, 32), from_numpy(awq.awq_quantize, bits=4, group_size=32)),
+        Method("SmoothQuant W8A8 per tensor", per_tensor_bytes(8), rtn(8, "tensor"), activation_int8("tensor"),
+               prepare=fold_smoothing(smoothing)),
+    ]
 
 
 def outlier_ratio(inputs: dict[str, torch.Tensor]) -> dict[str, float]:
