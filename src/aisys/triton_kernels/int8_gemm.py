@@ -27,6 +27,7 @@ import triton.language as tl
 
 from aisys.quant.int8_gemm import max_k
 from aisys.triton_kernels._tensors import interpreted, tensor_on_triton_device
+from aisys.triton_kernels.matmul import grouped_tile
 
 OUTPUTS = {"int32": 0, "int8": 1, "float32": 2}
 
@@ -69,15 +70,7 @@ def int8_gemm_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, bias_ptr, ou
                      OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """One BLOCK_M x BLOCK_N tile of C = A @ B per program in grouped order, int32 sums, OUTPUT's epilogue."""
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
-
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
