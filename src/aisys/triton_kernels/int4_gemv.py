@@ -152,6 +152,33 @@ def w4a16_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero
     return y
 
 
+def pack_codes(q: torch.Tensor, order: str = "sequential") -> torch.Tensor:
+    """Codes (N, K) in [0, 15] packed 8 per int32 word along K, on q's device (aisys.quant.int4.pack in torch): the
+    word built in int64 and brought to int32 by subtracting 2**32 where bit 31 is set, so nothing overflows."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}")
+    if q.ndim != 2 or q.shape[1] % PACK:
+        raise ValueError(f"q must be (N, K) codes with K a multiple of {PACK}, got shape {tuple(q.shape)}")
+    j = torch.arange(PACK, device=q.device)
+    nibble = j // 2 + 4 * (j % 2) if order == "awq" else j
+    words = (q.to(torch.int64).reshape(q.shape[0], -1, PACK) << (4 * nibble)).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def random_weights(N: int, K: int, group_size: int = 128, order: str = "sequential", device=None,
+                   generator=None):
+    """(packed, scales, zeros, w) of a random (N, K) INT4 weight made on `device`: codes and zeros uniform in
+    [0, 15], scales in [0.001, 0.003) (weights of about +-0.02, as a trained layer's), and w the same weight
+    dequantized to float16, for the fp16 baseline."""
+    if K % group_size or group_size % PACK:
+        raise ValueError(f"group_size must be a multiple of {PACK} dividing K = {K}, got {group_size}")
+    q = torch.randint(0, 16, (N, K), device=device, generator=generator, dtype=torch.int32)
+    zeros = torch.randint(0, 16, (N, K // group_size), device=device, generator=generator, dtype=torch.int32)
+    scales = (0.001 + 0.002 * torch.rand(N, K // group_size, device=device, generator=generator)).half()
+    w = ((q - zeros.repeat_interleave(group_size, 1)).float() * scales.float().repeat_interleave(group_size, 1))
+    return pack_codes(q, order), scales, zeros.to(torch.uint8), w.half()
+
+
 def quantized_weights(w: torch.Tensor, group_size: int = 128, order: str = "sequential"):
     """(packed, scales, zeros) of a (N, K) weight on its device, quantized by aisys.quant.int4 (on the host)."""
     from aisys.quant import int4
