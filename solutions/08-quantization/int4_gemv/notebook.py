@@ -123,6 +123,8 @@ def pack_error(q, order):
     """[the exception's type, its message] that pack(q, order) raises, or None if it returns."""
     try:
         pack(q, order)
+    except NotImplementedError:  # not written yet: the grader says so
+        raise
     except Exception as error:
         return [type(error).__name__, str(error)]
     return None

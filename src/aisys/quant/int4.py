@@ -58,7 +58,8 @@ def pack(q, order: str = "sequential") -> np.ndarray:
     """Codes q (..., K) in [0, 15] packed 8 per int32 word along K: (..., K // 8) int32, in `order`."""
     q = _codes(q).astype(np.int64)
     shifts = BITS * positions(order)
-    words = (q.reshape(*q.shape[:-1], -1, PACK) << shifts).sum(axis=-1)  # disjoint bits: a sum is an OR
+    groups = q.reshape(*q.shape[:-1], q.shape[-1] // PACK, PACK)
+    words = (groups << shifts).sum(axis=-1)  # disjoint bits: a sum is an OR
     return words.astype(np.uint32).view(np.int32)  # bit 31 becomes the sign: two's complement, no overflow
 
 
@@ -72,7 +73,7 @@ def unpack(packed, order: str = "sequential") -> np.ndarray:
         raise ValueError("packed must have at least one dimension, got a scalar")
     shifts = BITS * positions(order)
     codes = (packed[..., None] >> shifts) & QMAX
-    return codes.reshape(*packed.shape[:-1], -1).astype(np.uint8)
+    return codes.reshape(*packed.shape[:-1], packed.shape[-1] * PACK).astype(np.uint8)
 
 
 def pack_bytes(q) -> np.ndarray:
