@@ -5,23 +5,32 @@ The layout is aisys.quant.int4's: packed (N, K // 8) int32 words along K (sequen
 1 (a decode step) to 16 (a small batch), float16, bfloat16 or float32; y (M, N) in x's dtype.
 
 At M = 1 the product is all memory traffic: 2 FLOPs per weight against half a byte of it, far left of any GPU's
-ridge point. So the kernel is built to stream the packed words at the copy bandwidth:
+ridge point, so `w4a16_gemv_kernel` is built to stream the packed words at the copy bandwidth. That takes more than
+wide loads: an H100 reads about 6e12 packed weights a second, and its SMs issue about 4e13 instructions a second
+(132 SMs x 4 schedulers x 32 lanes x 1.75-1.98 GHz), so unpacking may cost only a handful of instructions a weight.
+Each program owns BLOCK_N output rows and walks K, GROUPS groups of G inputs at a time:
 
-- each program owns BLOCK_N output rows and walks the whole of K, BLOCK_K inputs (BLOCK_K // 8 words, contiguous
-  per row) at a time: a row of a tile is 64 to 256 contiguous bytes, loaded 16 bytes (4 words) per thread, and no
-  program re-reads a word. `num_stages` keeps the next tiles' loads in flight while this one is unpacked;
-- the words are unpacked in registers: each is broadcast to its 8 codes, shifted right by 4 x its nibble position
-  and masked with 0xF (the shift is arithmetic: a word whose top nibble is >= 8 is negative, and the mask clears the
-  ones it shifts in), then w = (q - z) * s in float32, multiplied with x and summed along K into a float32
-  accumulator (CUDA cores: at M <= 16 the Tensor Cores would wait on memory anyway);
-- a program reads x's BLOCK_K inputs for each tile (from the L2 cache, 2 bytes per input against BLOCK_N / 2 bytes
-  of weights) and a scale and zero per row and group (one load per row when BLOCK_K divides G);
-- the grid is cdiv(N, BLOCK_N) programs: 8 to 64 rows each give 172 to 1376 programs at N = 11008, several per SM
-  of an H100's 132, so K is not split (split-K would need a zeroed float32 buffer and atomics: two more launches,
-  a few microseconds against a kernel of under ten).
+- the words of a tile, (BLOCK_N, GROUPS, G / 8), are contiguous along K in each row, loaded 16 bytes (4 words) per
+  thread and software-pipelined `STAGES` tiles ahead (asynchronous copies through shared memory, `tl.range`'s
+  num_stages): the bytes in flight that hide the memory's latency;
+- each code becomes a float without an int-to-float conversion (I2F issues at a quarter of the FP32 rate on Hopper):
+  for the nibble at bits 4 s of a 16-bit half of the word, (half & (0xF << 4 s)) | MAGIC_s, with MAGIC_s the exponent
+  bits of 2^(23 - 4 s), is the float 2^(23 - 4 s) + q, exactly (FasterTransformer's trick in float32, the nibble
+  left in place); subtracting 2^(23 - 4 s) + z gives q - z exactly. Per weight: one LOP3, one FADD, one FFMA with
+  x; per word, one shift for its upper half. MAGIC is a runtime argument so that the compiler keeps it in a register
+  instead of folding it into each mask (which costs a MOV of a constant per weight);
+- the products are summed per (row, group, word) in float32 registers, scaled by the group's scale once per word,
+  and reduced across threads once, at the end; each thread loads x's values for its words (from the L1 and L2
+  caches: 2 bytes per input against BLOCK_N / 2 bytes of weights);
+- the grid is cdiv(N, BLOCK_N) programs; GROUPS spreads a row over more threads (4 per group of 128) so that small
+  N still gives every SM several warps, instead of splitting K (which needs a zeroed buffer and atomics or a second
+  pass: more launches, microseconds against a kernel of under ten).
 
-The tile sizes, warps and pipeline depth are autotuned per (M, N, K, group size) on a GPU; Triton's interpreter
-(a CPU) runs one small tile, for correctness checks.
+The hot loop was checked in the SASS compiled for sm_90 on a CPU (aisys.triton_compile): no spills, 16-byte
+LDGSTS for the words, about 6 to 7 instructions per weight. `w4a16_skinny_kernel` is the general kernel for M from 2
+to 16 and for group sizes that are not powers of two: it broadcasts each word to its 8 codes, shifts and masks,
+dequantizes (q - z) s in float32 and sums x w along K. Block sizes, warps and pipeline depth are autotuned per
+shape on a GPU; Triton's interpreter (a CPU) runs one small tile, for correctness checks.
 """
 
 import torch
@@ -33,83 +42,135 @@ from aisys.triton_kernels._tensors import FLOAT_DTYPES, interpreted, tensor_on_t
 PACK = 8  # codes per int32 word
 MAX_M = 16  # a skinny product: beyond a few rows of x a Tensor Core GEMM (dequantize, then tl.dot) wins
 ORDERS = ("sequential", "awq")
+MAGIC = 0x4B000000  # the bits of the float 2^23: OR'ed with an integer below 2^23, the float 2^23 + that integer
+SMEM_BYTES = 160 * 1024  # pipeline buffers of one program, at most: H100's 227 KiB per block, with room
 
 
-def _config(n, k, warps, stages):
+def _gemv_config(n, groups, warps, stages):
+    return triton.Config({"BLOCK_N": n, "GROUPS": groups, "STAGES": stages}, num_warps=warps)
+
+
+GEMV_CONFIGS = [
+    _gemv_config(16, 2, 2, 4), _gemv_config(16, 4, 4, 4), _gemv_config(16, 8, 4, 3), _gemv_config(32, 2, 4, 4),
+    _gemv_config(32, 4, 4, 4), _gemv_config(32, 4, 8, 3), _gemv_config(64, 2, 4, 3), _gemv_config(64, 2, 4, 5),
+    _gemv_config(64, 4, 8, 3), _gemv_config(128, 1, 4, 3), _gemv_config(128, 2, 8, 3),
+]
+GEMV_INTERPRETER_CONFIGS = [_gemv_config(16, 2, 4, 1)]
+
+
+def _prune_gemv(configs, named_args, **kwargs):
+    """Configs whose GROUPS fit K's groups and whose pipeline fits the shared memory."""
+    groups = named_args["K"] // kwargs["GROUP_SIZE"]
+    fitting = [c for c in configs if c.kwargs["GROUPS"] <= groups
+               and c.kwargs["STAGES"] * c.kwargs["BLOCK_N"] * c.kwargs["GROUPS"] * kwargs["GROUP_SIZE"] // 2
+               <= SMEM_BYTES]
+    return fitting or [min(configs, key=lambda c: c.kwargs["BLOCK_N"] * c.kwargs["GROUPS"])]
+
+
+@triton.autotune(configs=GEMV_INTERPRETER_CONFIGS if interpreted() else GEMV_CONFIGS,
+                 key=["N", "K", "GROUP_SIZE", "AWQ"], prune_configs_by={"early_config_prune": _prune_gemv})
+@triton.heuristics({"EVEN_N": lambda args: args["N"] % args["BLOCK_N"] == 0,
+                    "EVEN_GROUPS": lambda args: (args["K"] // args["GROUP_SIZE"]) % args["GROUPS"] == 0})
+@triton.jit
+def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K, stride_wn, stride_sn, magic,
+                      GROUP_SIZE: tl.constexpr, AWQ: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                      STAGES: tl.constexpr, EVEN_N: tl.constexpr, EVEN_GROUPS: tl.constexpr):
+    """y[0, n] for rows n in [pid * BLOCK_N, + BLOCK_N), x of one row; G a power of two >= 8 (see the module)."""
+    WORDS: tl.constexpr = GROUP_SIZE // 8
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_g = tl.arange(0, GROUPS)
+    offs_w = tl.arange(0, WORDS)
+    n3 = offs_n[:, None, None]
+    g3 = offs_g[None, :, None]
+    w_ptrs = w_ptr + n3.to(tl.int64) * stride_wn + g3 * WORDS + offs_w[None, None, :]  # (BLOCK_N, GROUPS, WORDS)
+    s_ptrs = s_ptr + n3 * stride_sn + g3  # (BLOCK_N, GROUPS, 1): one scale and zero per row and group
+    z_ptrs = z_ptr + n3 * stride_sn + g3
+    x_ptrs = x_ptr + offs_g[:, None] * GROUP_SIZE + offs_w[None, :] * 8  # element 0 of each word's 8 inputs
+    total_groups = K // GROUP_SIZE
+    acc = tl.zeros((BLOCK_N, GROUPS, WORDS), tl.float32)
+    for g0 in tl.range(0, total_groups, GROUPS, num_stages=STAGES):
+        if EVEN_N and EVEN_GROUPS:
+            words = tl.load(w_ptrs + g0 * WORDS)
+            s = tl.load(s_ptrs + g0).to(tl.float32)
+            z = tl.load(z_ptrs + g0).to(tl.float32)
+            x_in = offs_g[:, None] >= 0
+        else:
+            tile_in = (n3 < N) & (g0 + g3 < total_groups)
+            words = tl.load(w_ptrs + g0 * WORDS, mask=tile_in, other=0)
+            s = tl.load(s_ptrs + g0, mask=tile_in, other=0.0).to(tl.float32)
+            z = tl.load(z_ptrs + g0, mask=tile_in, other=0).to(tl.float32)
+            x_in = (g0 + offs_g < total_groups)[:, None]
+        high = words >> 16  # nibbles 4..7 at bits 0..15 (bits above are the sign's: every mask below clears them)
+        t = tl.zeros((BLOCK_N, GROUPS, WORDS), tl.float32)
+        for j in tl.static_range(8):  # element j of every word
+            if AWQ:
+                position = j // 2 + (j % 2) * 4
+            else:
+                position = j
+            slot = position % 4  # the nibble's place in its 16-bit half
+            half = high if position >= 4 else words
+            x = tl.load(x_ptrs + g0 * GROUP_SIZE + j, mask=x_in, other=0.0).to(tl.float32)
+            # exponent of 2^(23 - 4 slot): the nibble's lowest bit weighs 1, the float is 2^(23 - 4 slot) + q
+            f = ((half & (0xF << (4 * slot))) | (magic - slot * 0x2000000)).to(tl.float32, bitcast=True)
+            t += (f - (z + (1 << (23 - 4 * slot)))) * x[None, :, :]  # (q - z) x, exactly up to the product
+        acc += t * s
+    y = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=offs_n < N)
+
+
+def _skinny_config(n, k, warps, stages):
     return triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=warps, num_stages=stages)
 
 
-GPU_CONFIGS = [
-    _config(8, 256, 2, 3), _config(8, 512, 4, 3), _config(8, 1024, 4, 2), _config(8, 128, 4, 4),
-    _config(16, 128, 2, 4), _config(16, 256, 4, 3), _config(16, 256, 4, 4), _config(16, 512, 4, 3),
-    _config(16, 512, 8, 3), _config(16, 1024, 8, 2),
-    _config(32, 128, 4, 4), _config(32, 256, 4, 3), _config(32, 256, 8, 3), _config(32, 512, 8, 2),
-    _config(64, 128, 4, 3), _config(64, 256, 8, 3),
-]
-INTERPRETER_CONFIGS = [_config(16, 64, 4, 1)]  # the interpreter runs a program in ~1 ms whatever its tile
+SKINNY_CONFIGS = [_skinny_config(8, 128, 4, 3), _skinny_config(16, 128, 4, 3), _skinny_config(16, 256, 4, 3),
+                  _skinny_config(32, 128, 4, 3), _skinny_config(32, 256, 8, 3), _skinny_config(64, 128, 8, 3)]
+SKINNY_INTERPRETER_CONFIGS = [_skinny_config(16, 64, 4, 1)]
 MOST_PRODUCTS = 16384  # BLOCK_M x BLOCK_N x BLOCK_K float32 products per program: 128 registers a thread at 4 warps
 
 
-def _prune(configs, named_args, **kwargs):
+def _prune_skinny(configs, named_args, **kwargs):
     """The configs whose x-by-w products fit the registers at this M (BLOCK_M = the next power of 2 of M)."""
     block_m = triton.next_power_of_2(named_args["M"])
     fitting = [c for c in configs if block_m * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"] <= MOST_PRODUCTS]
     return fitting or [min(configs, key=lambda c: c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"])]
 
 
-@triton.autotune(configs=INTERPRETER_CONFIGS if interpreted() else GPU_CONFIGS, key=["M", "N", "K", "GROUP_SIZE"],
-                 prune_configs_by={"early_config_prune": _prune})
-@triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
+@triton.autotune(configs=SKINNY_INTERPRETER_CONFIGS if interpreted() else SKINNY_CONFIGS,
+                 key=["M", "N", "K", "GROUP_SIZE"], prune_configs_by={"early_config_prune": _prune_skinny})
 @triton.jit
-def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
-                      GROUP_SIZE: tl.constexpr, AWQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+def w4a16_skinny_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
+                        GROUP_SIZE: tl.constexpr, AWQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
     """Rows [pid * BLOCK_N, + BLOCK_N) of y (M, N) = x (M, K) @ W.T, W from packed (N, K // 8) int32 words."""
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
+    offs_w = tl.arange(0, BLOCK_K // 8)
     rows_in = offs_n < N
-    words_per_row = K // 8
-    groups_per_row = K // GROUP_SIZE
-    # Element j of a word sits at nibble j (sequential) or at AWQ's (j // 2) + 4 (j % 2): 0, 4, 1, 5, 2, 6, 3, 7
     j = offs_k % 8
     if AWQ:
-        shifts = ((j // 2) + (j % 2) * 4) * 4
+        shifts = (j // 2 + (j % 2) * 4) * 4  # element j sits at nibble j // 2 + 4 (j % 2)
     else:
         shifts = j * 4
-    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * words_per_row
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k
-        words_at = w_rows + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :]
-        x_at = x_ptr + offs_m[:, None] * stride_xm + k[None, :]
-        if EVEN_K:  # no mask along K: loads of whole 16-byte vectors
-            k_in = offs_k >= 0
-            words = tl.load(words_at, mask=rows_in[:, None], other=0)
-            x = tl.load(x_at, mask=(offs_m < M)[:, None], other=0.0).to(tl.float32)
-        else:
-            k_in = k < K
-            words_in = (k0 // 8 + tl.arange(0, BLOCK_K // 8)) < words_per_row
-            words = tl.load(words_at, mask=rows_in[:, None] & words_in[None, :], other=0)
-            x = tl.load(x_at, mask=(offs_m < M)[:, None] & k_in[None, :], other=0.0).to(tl.float32)
-        tile_in = rows_in[:, None] & k_in[None, :]
-        # (BLOCK_N, BLOCK_K // 8) words, one load each, each broadcast to its 8 codes
+        k_in = k < K
+        word = k0 // 8 + offs_w
+        words = tl.load(w_ptr + offs_n.to(tl.int64)[:, None] * (K // 8) + word[None, :],
+                        mask=rows_in[:, None] & (word < K // 8)[None, :], other=0)
         words = tl.reshape(tl.broadcast_to(words[:, :, None], (BLOCK_N, BLOCK_K // 8, 8)), (BLOCK_N, BLOCK_K))
         q = (words >> shifts[None, :]) & 0xF  # mask after the shift: the arithmetic shift drags the sign bit in
-        if GROUP_SIZE % BLOCK_K == 0:  # the tile lies in one group: one scale and zero per row
-            g = k0 // GROUP_SIZE
-            s = tl.load(s_ptr + offs_n * groups_per_row + g, mask=rows_in, other=0.0).to(tl.float32)[:, None]
-            z = tl.load(z_ptr + offs_n * groups_per_row + g, mask=rows_in, other=0).to(tl.int32)[:, None]
-        else:
-            g = (k // GROUP_SIZE)[None, :]
-            s = tl.load(s_ptr + offs_n[:, None] * groups_per_row + g, mask=tile_in, other=0.0).to(tl.float32)
-            z = tl.load(z_ptr + offs_n[:, None] * groups_per_row + g, mask=tile_in, other=0).to(tl.int32)
+        tile_in = rows_in[:, None] & k_in[None, :]
+        group = offs_n[:, None] * (K // GROUP_SIZE) + (k // GROUP_SIZE)[None, :]
+        s = tl.load(s_ptr + group, mask=tile_in, other=0.0).to(tl.float32)
+        z = tl.load(z_ptr + group, mask=tile_in, other=0).to(tl.int32)
         w = (q - z).to(tl.float32) * s  # the zero point first, in integers; then the scale
-        if BLOCK_M == 1:
-            acc += tl.sum(w * x, axis=1)[None, :]
-        else:
-            acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=(offs_m < M)[:, None] & k_in[None, :],
+                    other=0.0).to(tl.float32)
+        acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=(offs_m < M)[:, None] & rows_in[None, :])
 
@@ -142,13 +203,17 @@ def w4a16_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero
                          f"{tuple(zeros.shape)}")
     x, packed, scales, zeros = x.contiguous(), packed.contiguous(), scales.contiguous(), zeros.contiguous()
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    group_size = K // scales.shape[1]
 
     def grid(meta):
         return (triton.cdiv(N, meta["BLOCK_N"]),)
 
-    w4a16_gemv_kernel[grid](x, packed, scales, zeros, y, M, N, K, x.stride(0), y.stride(0),
-                            GROUP_SIZE=K // scales.shape[1], AWQ=order == "awq",
-                            BLOCK_M=triton.next_power_of_2(M))
+    if M == 1 and group_size & (group_size - 1) == 0:  # a power of two: the fast path of one token
+        w4a16_gemv_kernel[grid](x, packed, scales, zeros, y, N, K, packed.stride(0), scales.stride(0), MAGIC,
+                                GROUP_SIZE=group_size, AWQ=order == "awq")
+    else:
+        w4a16_skinny_kernel[grid](x, packed, scales, zeros, y, M, N, K, x.stride(0), y.stride(0),
+                                  GROUP_SIZE=group_size, AWQ=order == "awq", BLOCK_M=triton.next_power_of_2(M))
     return y
 
 
