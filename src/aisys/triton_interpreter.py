@@ -9,7 +9,8 @@ naming the kernel's line otherwise, before any memory is touched. `aisys.tensors
 its interpreter, so every exercise's notebook and grading kernel has it; compiled for a GPU nothing changes.
 
 `launches()` records what each launch inside it did, as the checks of an algorithm's shape count it: its programs,
-the loads and the elements they read, the stores, the `tl.dot`s and their multiply-adds, the atomics. The grader
+the loads and the elements they read (in all, and by the argument whose tensor holds them), the stores, the
+`tl.dot`s and their multiply-adds, the atomics. The grader
 counts in its clean room (`interpreting()`), where the student's code cannot reach the counts.
 """
 
