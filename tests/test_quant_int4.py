@@ -89,12 +89,12 @@ def test_kernel_equals_the_float64_product(m, n, k, group, order):
 
 def test_gemv_kernel_compiles_for_an_h100_as_designed():
     """The batch-1 kernel, compiled for sm_90 on this CPU: no spills, the words copied 16 bytes at a time into the
-    pipeline (LDGSTS.128), and a hot loop of well under 8 instructions per weight (the budget at the H100's
-    bandwidth is about 6: see the module's docstring)."""
+    pipeline (LDGSTS.128), and a hot loop of under 6 instructions per weight (the budget at the H100's
+    bandwidth: see the module's docstring)."""
     from aisys import ptx
     from aisys.triton_compile import compile_for_gpu
 
-    n, k, group, block_n, groups, warps = 4096, 4096, 128, 32, 4, 4
+    n, k, group, block_n, groups, warps = 4096, 4096, 128, 32, 2, 4
     args = (torch.zeros(1, k, dtype=torch.float16), torch.zeros(n, k // 8, dtype=torch.int32),
             torch.zeros(n, k // group, dtype=torch.float16), torch.zeros(n, k // group, dtype=torch.uint8),
             torch.zeros(1, n, dtype=torch.float16), n, k, k // 8, k // group, int4_gemv.MAGIC)
@@ -113,7 +113,7 @@ def test_gemv_kernel_compiles_for_an_h100_as_designed():
     # codes become floats by the exponent trick; I2F only for the zero points, one per row and group
     assert sum("I2F" in text for text in body) <= weights_per_thread // 32
     in_loop = len(body)
-    assert in_loop / weights_per_thread < 8, in_loop / weights_per_thread
+    assert in_loop / weights_per_thread < 6, in_loop / weights_per_thread
 
 
 def test_kernel_refuses_what_it_cannot_run():

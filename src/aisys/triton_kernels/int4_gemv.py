@@ -13,22 +13,25 @@ Each program owns BLOCK_N output rows and walks K, GROUPS groups of G inputs at 
 - the words of a tile, (BLOCK_N, GROUPS, G / 8), are contiguous along K in each row, loaded 16 bytes (4 words) per
   thread and software-pipelined `STAGES` tiles ahead (asynchronous copies through shared memory, `tl.range`'s
   num_stages): the bytes in flight that hide the memory's latency;
-- each code becomes a float without an int-to-float conversion (I2F issues at a quarter of the FP32 rate on Hopper):
+- each code becomes a float without an int-to-float conversion (the CUDA C++ Programming Guide's throughput table
+  lists 16 conversions per clock per SM on compute capability 9.0 against 128 FP32 operations; not checked here):
   for the nibble at bits 4 s of a 16-bit half of the word, (half & (0xF << 4 s)) | MAGIC_s, with MAGIC_s the exponent
   bits of 2^(23 - 4 s), is the float 2^(23 - 4 s) + q, exactly (FasterTransformer's trick in float32, the nibble
   left in place); subtracting 2^(23 - 4 s) + z gives q - z exactly. Per weight: one LOP3, one FADD, one FFMA with
   x; per word, one shift for its upper half. MAGIC is a runtime argument so that the compiler keeps it in a register
   instead of folding it into each mask (which costs a MOV of a constant per weight);
-- the products are summed per (row, group, word) in float32 registers, scaled by the group's scale once per word,
-  and reduced across threads once, at the end; each thread loads x's values for its words (from the L1 and L2
-  caches: 2 bytes per input against BLOCK_N / 2 bytes of weights);
+- x's 8 inputs of each word are loaded as one 16-byte vector (from the L1 and L2 caches: 2 bytes per input against
+  BLOCK_N / 2 bytes of weights), converted to float32 once and split in registers (tl.split) into the 8 elements;
+  the products are summed per (row, group, word) in float32 registers, scaled by the group's scale once per word,
+  and reduced across threads once, at the end;
 - the grid is cdiv(N, BLOCK_N) programs; GROUPS spreads a row over more threads (4 per group of 128) so that small
   N still gives every SM several warps, instead of splitting K (which needs a zeroed buffer and atomics or a second
   pass: more launches, microseconds against a kernel of under ten).
 
 The hot loop was checked in the SASS compiled for sm_90 on a CPU (aisys.triton_compile): no spills, 16-byte
-LDGSTS for the words, about 6 to 7 instructions per weight. `w4a16_skinny_kernel` is the general kernel for M from 2
-to 16 and for group sizes that are not powers of two: it broadcasts each word to its 8 codes, shifts and masks,
+LDGSTS for the words, about 4.3 to 5.7 instructions per weight (the configs' comment; tests/test_quant_int4.py
+keeps one under 6). `w4a16_skinny_kernel` is the general kernel for M from 2 to 16 and for group sizes that are
+not powers of two: it broadcasts each word to its 8 codes, shifts and masks,
 dequantizes (q - z) s in float32 and sums x w along K. Block sizes, warps and pipeline depth are autotuned per
 shape on a GPU; Triton's interpreter (a CPU) runs one small tile, for correctness checks.
 """
@@ -50,10 +53,10 @@ def _gemv_config(n, groups, warps, stages):
     return triton.Config({"BLOCK_N": n, "GROUPS": groups, "STAGES": stages}, num_warps=warps)
 
 
-GEMV_CONFIGS = [
-    _gemv_config(16, 2, 2, 4), _gemv_config(16, 4, 4, 4), _gemv_config(16, 8, 4, 3), _gemv_config(32, 2, 4, 4),
-    _gemv_config(32, 4, 4, 4), _gemv_config(32, 4, 8, 3), _gemv_config(64, 2, 4, 3), _gemv_config(64, 2, 4, 5),
-    _gemv_config(64, 4, 8, 3), _gemv_config(128, 1, 4, 3), _gemv_config(128, 2, 8, 3),
+GEMV_CONFIGS = [  # (BLOCK_N, GROUPS, warps, stages): registers 48 to 168 a thread, 4.3 to 5.7 instructions a weight
+    _gemv_config(32, 1, 4, 4), _gemv_config(32, 1, 4, 6), _gemv_config(64, 1, 4, 4), _gemv_config(64, 1, 4, 6),
+    _gemv_config(128, 1, 8, 3), _gemv_config(16, 1, 2, 4), _gemv_config(16, 2, 2, 4), _gemv_config(32, 1, 2, 4),
+    _gemv_config(32, 2, 4, 4), _gemv_config(16, 4, 4, 4), _gemv_config(16, 4, 8, 3), _gemv_config(64, 2, 4, 3),
 ]
 GEMV_INTERPRETER_CONFIGS = [_gemv_config(16, 2, 4, 1)]
 
@@ -86,7 +89,8 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K, stride_wn, stride
     w_ptrs = w_ptr + n3.to(tl.int64) * stride_wn + g3 * WORDS + offs_w[None, None, :]  # (BLOCK_N, GROUPS, WORDS)
     s_ptrs = s_ptr + n3 * stride_sn + g3  # (BLOCK_N, GROUPS, 1): one scale and zero per row and group
     z_ptrs = z_ptr + n3 * stride_sn + g3
-    x_ptrs = x_ptr + offs_g[:, None] * GROUP_SIZE + offs_w[None, :] * 8  # element 0 of each word's 8 inputs
+    # x's inputs of the tile as (GROUPS, WORDS, 8): the 8 inputs of each word, contiguous
+    x_ptrs = x_ptr + offs_g[:, None, None] * GROUP_SIZE + offs_w[None, :, None] * 8 + tl.arange(0, 8)[None, None, :]
     total_groups = K // GROUP_SIZE
     acc = tl.zeros((BLOCK_N, GROUPS, WORDS), tl.float32)
     for g0 in tl.range(0, total_groups, GROUPS, num_stages=STAGES):
@@ -94,14 +98,24 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K, stride_wn, stride
             words = tl.load(w_ptrs + g0 * WORDS)
             s = tl.load(s_ptrs + g0).to(tl.float32)
             z = tl.load(z_ptrs + g0).to(tl.float32)
-            x_in = offs_g[:, None] >= 0
+            x_in = offs_g[:, None, None] >= 0
         else:
             tile_in = (n3 < N) & (g0 + g3 < total_groups)
             words = tl.load(w_ptrs + g0 * WORDS, mask=tile_in, other=0)
             s = tl.load(s_ptrs + g0, mask=tile_in, other=0.0).to(tl.float32)
             z = tl.load(z_ptrs + g0, mask=tile_in, other=0).to(tl.float32)
-            x_in = (g0 + offs_g < total_groups)[:, None]
+            x_in = (g0 + offs_g < total_groups)[:, None, None]
         high = words >> 16  # nibbles 4..7 at bits 0..15 (bits above are the sign's: every mask below clears them)
+        # x in float32, split in registers into its 8 elements of every word: j = 4a + 2b + c
+        x = tl.load(x_ptrs + g0 * GROUP_SIZE, mask=x_in, other=0.0).to(tl.float32)
+        even, odd = tl.split(tl.reshape(x, (GROUPS, WORDS, 2, 2, 2)))  # c
+        x04, x26 = tl.split(even)  # b
+        x15, x37 = tl.split(odd)
+        x0, x4 = tl.split(x04)  # a
+        x2, x6 = tl.split(x26)
+        x1, x5 = tl.split(x15)
+        x3, x7 = tl.split(x37)
+        xs = (x0, x1, x2, x3, x4, x5, x6, x7)
         t = tl.zeros((BLOCK_N, GROUPS, WORDS), tl.float32)
         for j in tl.static_range(8):  # element j of every word
             if AWQ:
@@ -110,10 +124,9 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K, stride_wn, stride
                 position = j
             slot = position % 4  # the nibble's place in its 16-bit half
             half = high if position >= 4 else words
-            x = tl.load(x_ptrs + g0 * GROUP_SIZE + j, mask=x_in, other=0.0).to(tl.float32)
             # exponent of 2^(23 - 4 slot): the nibble's lowest bit weighs 1, the float is 2^(23 - 4 slot) + q
             f = ((half & (0xF << (4 * slot))) | (magic - slot * 0x2000000)).to(tl.float32, bitcast=True)
-            t += (f - (z + (1 << (23 - 4 * slot)))) * x[None, :, :]  # (q - z) x, exactly up to the product
+            t += (f - (z + (1 << (23 - 4 * slot)))) * xs[j][None, :, :]  # (q - z) x, exactly up to the product
         acc += t * s
     y = tl.sum(tl.sum(acc, axis=2), axis=1)
     tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=offs_n < N)
