@@ -102,6 +102,7 @@ def test_a_load_past_the_end_is_an_error_and_launches_are_counted(torch_device):
     assert out.tolist() == [32, 32, 32, 4]
     assert [launch.to_plain() for launch in done] == [
         {"kernel": "sum_kernel", "grid": [4], "programs": 4, "loads": 4, "loaded": 100, "widest_load": 32,
+         "loaded_from": {"x_ptr": 100},
          "stores": 4, "stored": 4, "dots": 0, "dot_macs": 0, "atomics": 0}]
     with pytest.raises(IndexError, match=r"unmasked_sum_kernel \(program 3, 0, 0\) reads outside the tensors passed "
                                          r"to it, in `unmasked_sum_kernel` at line \d+ of test_tensors.py "

@@ -9,7 +9,8 @@ naming the kernel's line otherwise, before any memory is touched. `aisys.tensors
 its interpreter, so every exercise's notebook and grading kernel has it; compiled for a GPU nothing changes.
 
 `launches()` records what each launch inside it did, as the checks of an algorithm's shape count it: its programs,
-the loads and the elements they read, the stores, the `tl.dot`s and their multiply-adds, the atomics. The grader
+the loads and the elements they read (in all, and by the argument whose tensor holds them), the stores, the
+`tl.dot`s and their multiply-adds, the atomics. The grader
 counts in its clean room (`interpreting()`), where the student's code cannot reach the counts.
 """
 
@@ -32,6 +33,7 @@ class Launch:
     loads: int = 0  # tl.load calls (one per program and step of a loop)
     loaded: int = 0  # elements those loads read: the lanes their masks let through
     widest_load: int = 0  # the most lanes of one tl.load: the block a program holds at once
+    loaded_from: dict = field(default_factory=dict)  # argument name -> the elements loads read from its tensor
     stores: int = 0
     stored: int = 0
     dots: int = 0  # tl.dot calls
@@ -103,6 +105,8 @@ def install() -> None:
             _running.loads += 1
             _running.loaded += lanes
             _running.widest_load = max(_running.widest_load, ptrs.data.size)
+            for name, count in _by_argument(ptrs, mask).items():
+                _running.loaded_from[name] = _running.loaded_from.get(name, 0) + count
         return load(self, ptrs, mask, *rest)
 
     def create_masked_store(self, ptrs, value, mask, *rest):
@@ -177,6 +181,17 @@ def _extents(name, value, interpreter):
     dtype = str(tensor.dtype).removeprefix("torch.")
     what = f"{tensor.numel()} {dtype} element{'' if tensor.numel() == 1 else 's'}"
     return [(name, tensor.data_ptr(), tensor.data_ptr() + size, what)]
+
+
+def _by_argument(ptrs, mask) -> dict[str, int]:
+    """The lanes `mask` lets through, by the argument whose tensor their addresses lie in."""
+    addresses = (ptrs.data if mask is None else ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)]).ravel()
+    counts = {}
+    for name, start, end, _ in _running.tensors:
+        inside = int(((addresses >= start) & (addresses < end)).sum())
+        if inside:
+            counts[name] = counts.get(name, 0) + inside
+    return counts
 
 
 def _checked(access: str, ptrs, mask) -> int:
