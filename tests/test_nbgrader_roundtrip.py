@@ -40,6 +40,7 @@ ROUND_TRIP = {
     "03-tensor-cores": ["gemm_tiling"],
     "06-collectives": ["tree_allreduce"],  # ranks as processes in the sandbox's clean room
     "07-inference": ["kv_cache"],
+    "08-quantization": ["affine_quantization"],
 }
 
 GPU_ONLY = {"02-gpu-programming": {"cuda_c"}}  # of ROUND_TRIP's notebooks, those no check of runs without a GPU
