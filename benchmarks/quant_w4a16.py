@@ -1,6 +1,6 @@
 """The W4A16 GEMV (aisys.triton_kernels.int4_gemv) against the fp16 GEMV (torch's F.linear) on a GPU, at batch 1.
 
-    PYTHONPATH=src python3 benchmarks/quant_w4a16.py --out book/08-quantization/w4a16_gemv_h100.json
+    PYTHONPATH=src python3 benchmarks/quant_w4a16.py --out book/08-quantization/w4a16_gemv_<gpu>.json  # h100, h200
 
 Measured with aisys.bench (CUDA events, L2 flushed before each repetition, two input sets in rotation, F.linear
 timed by the same code in the same run), against the copy bandwidth measured at the start. Shapes (N outputs,
@@ -68,7 +68,7 @@ def verdicts(rows) -> list[str]:
 
 
 def best_configs() -> dict:
-    """The autotuner's choice per key (M, N, K, group size, dtypes): what the H100 ran."""
+    """The autotuner's choice per key (N, K, group size, order, fp16 path, dtypes): what the GPU ran."""
     cache = getattr(int4_gemv.w4a16_gemv_kernel, "cache", {})
     return {str(key): str(config) for key, config in cache.items()}
 
@@ -102,5 +102,5 @@ def main(out: Path | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
-                        help="where to write the rows (book/08-quantization/w4a16_gemv_h100.json on an H100)")
+                        help="where to write the rows (book/08-quantization/w4a16_gemv_<gpu>.json, e.g. h100)")
     main(parser.parse_args().out)
