@@ -27,31 +27,27 @@ import triton.language as tl
 
 from aisys.quant.int8_gemm import max_k
 from aisys.triton_kernels._tensors import interpreted, tensor_on_triton_device
-from aisys.triton_kernels.matmul import grouped_tile
+from aisys.triton_kernels.matmul import gemm_config, grouped_tile
 
 OUTPUTS = {"int32": 0, "int8": 1, "float32": 2}
-
-
-def _config(m, n, k, stages, warps):
-    return triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=stages, num_warps=warps)
 
 
 # Shared memory per program is num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K bytes (int8): 192 KiB for 128 x 256 x 128
 # in 4 stages, within the H100's 227 KiB per block. The int32 accumulator takes BLOCK_M * BLOCK_N / (32 * warps)
 # registers per thread: 128 for 128 x 256 on 8 warps.
 GPU_CONFIGS = [
-    _config(128, 256, 128, 3, 8),
-    _config(128, 256, 128, 4, 8),
-    _config(256, 128, 128, 3, 8),
-    _config(256, 128, 128, 4, 8),
-    _config(128, 256, 64, 4, 8),
-    _config(128, 256, 64, 5, 8),
-    _config(128, 128, 128, 4, 8),
-    _config(128, 128, 128, 4, 4),
-    _config(128, 128, 64, 5, 4),
-    _config(64, 128, 128, 4, 4),
+    gemm_config(128, 256, 128, 3, 8),
+    gemm_config(128, 256, 128, 4, 8),
+    gemm_config(256, 128, 128, 3, 8),
+    gemm_config(256, 128, 128, 4, 8),
+    gemm_config(128, 256, 64, 4, 8),
+    gemm_config(128, 256, 64, 5, 8),
+    gemm_config(128, 128, 128, 4, 8),
+    gemm_config(128, 128, 128, 4, 4),
+    gemm_config(128, 128, 64, 5, 4),
+    gemm_config(64, 128, 128, 4, 4),
 ]
-INTERPRETER_CONFIGS = [_config(32, 32, 64, 1, 4)]  # the interpreter runs a program in ~1 ms whatever its tile
+INTERPRETER_CONFIGS = [gemm_config(32, 32, 64, 1, 4)]  # the interpreter runs a program in ~1 ms whatever its tile
 
 
 @triton.jit

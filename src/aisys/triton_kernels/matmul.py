@@ -28,28 +28,29 @@ from aisys.triton_kernels._tensors import interpreted, tensor_on_triton_device
 DTYPES = (torch.float16, torch.bfloat16)
 
 
-def _config(m, n, k, stages, warps):
+def gemm_config(m, n, k, stages, warps):
+    """One tile configuration of a grouped-order GEMM kernel (GROUP_M 8)."""
     return triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=stages, num_warps=warps)
 
 
 # Shared memory per program is num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 bytes: 192 KiB for the
 # largest here, within the H100's 227 KiB per block.
 GPU_CONFIGS = [
-    _config(128, 256, 64, 3, 8),
-    _config(256, 128, 64, 3, 8),
-    _config(128, 256, 64, 4, 8),
-    _config(128, 128, 64, 4, 8),
-    _config(128, 128, 64, 4, 4),
-    _config(64, 256, 64, 4, 4),
-    _config(128, 64, 64, 4, 4),
-    _config(64, 128, 64, 4, 4),
-    _config(64, 64, 64, 4, 4),
+    gemm_config(128, 256, 64, 3, 8),
+    gemm_config(256, 128, 64, 3, 8),
+    gemm_config(128, 256, 64, 4, 8),
+    gemm_config(128, 128, 64, 4, 8),
+    gemm_config(128, 128, 64, 4, 4),
+    gemm_config(64, 256, 64, 4, 4),
+    gemm_config(128, 64, 64, 4, 4),
+    gemm_config(64, 128, 64, 4, 4),
+    gemm_config(64, 64, 64, 4, 4),
     # Skinny products (N of 1 to 16, as in decoding) are memory-bound: a narrow tile reads A once, and more
     # programs along M keep every SM streaming.
-    _config(64, 16, 128, 4, 4),
-    _config(32, 16, 256, 3, 4),
+    gemm_config(64, 16, 128, 4, 4),
+    gemm_config(32, 16, 256, 3, 4),
 ]
-INTERPRETER_CONFIGS = [_config(32, 32, 32, 1, 4)]  # the interpreter runs a program in ~1 ms whatever its tile
+INTERPRETER_CONFIGS = [gemm_config(32, 32, 32, 1, 4)]  # the interpreter runs a program in ~1 ms whatever its tile
 
 
 @triton.jit
