@@ -58,7 +58,7 @@ lint: $(BIN)/.installed
 # One BLAS thread per process: pytest-xdist already runs a worker per core, and numpy's OpenBLAS threads
 # on top of them fight over the cores (the tiny model's small matrix products slowed down by 10x and more).
 test: lint $(BIN)/.student-lab book/node_modules/.installed
-	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile --durations=25
 
 # Regenerate the student and nbgrader notebooks from solutions/ (never edit those by hand).
 exercises: $(BIN)/.installed
