@@ -3,6 +3,8 @@
 import math
 from numbers import Integral, Real
 
+import numpy as np
+
 
 def positive_number(name: str, value) -> float:
     """A finite number > 0 (bools are not numbers here)."""
@@ -37,3 +39,17 @@ def one_of(name: str, value, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     return value
+
+
+def finite_array(name: str, value, *, ndim: int | None = None, nonempty: bool = False, kinds: str = "f") -> np.ndarray:
+    """An array of finite numbers whose dtype kind is in `kinds` ("f": floats; "fiu": any real numbers), with `ndim`
+    dimensions where given and at least one element where `nonempty`."""
+    array = np.asarray(value)
+    if (array.dtype.kind not in kinds or (ndim is not None and array.ndim != ndim) or (nonempty and array.size == 0)
+            or not np.isfinite(array).all()):
+        what = "floats" if kinds == "f" else "numbers"
+        shape = "" if ndim is None else f"{ndim}-d "
+        article = "a non-empty " if nonempty else ("a " if ndim is not None else "an ")
+        raise ValueError(f"{name} must be {article}{shape}array of finite {what}, got {array.dtype} of shape "
+                         f"{array.shape}")
+    return array

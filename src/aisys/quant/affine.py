@@ -19,7 +19,7 @@ Conventions, all stated because libraries differ on each:
 
 import numpy as np
 
-from .._validate import one_of, positive_int
+from .._validate import finite_array, one_of, positive_int
 
 GRANULARITIES = ("tensor", "channel", "token", "group")
 SMALLEST_SCALE = float(np.finfo(np.float32).tiny)  # 2**-126
@@ -57,13 +57,6 @@ def block_size(shape: tuple[int, ...], granularity: str, group_size: int | None 
     }[granularity]
 
 
-def _real(name: str, value) -> np.ndarray:
-    array = np.asarray(value)
-    if array.dtype.kind != "f" or not np.isfinite(array).all():
-        raise ValueError(f"{name} must be an array of finite floats, got {array.dtype} of shape {array.shape}")
-    return array
-
-
 def _blocks(x: np.ndarray, block: tuple[int, ...]) -> np.ndarray:
     """x viewed as (n0, b0, n1, b1, ...): block index and offset inside the block, per axis."""
     return x.reshape([d for n, b in zip(x.shape, block) for d in (n // b, b)])
@@ -82,7 +75,7 @@ def expand(params, shape: tuple[int, ...]) -> np.ndarray:
 def choose_qparams(x, *, bits: int = 8, symmetric: bool = True, granularity: str = "tensor",
                    group_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scale float32, zero_point int32), one per block, of shape x.shape // block (see the module's rules)."""
-    x = _real("x", x).astype(np.float64)
+    x = finite_array("x", x).astype(np.float64)
     qmin, qmax = int_range(bits, symmetric)
     block = block_size(x.shape, granularity, group_size)
     if x.size == 0:
@@ -104,7 +97,7 @@ def choose_qparams(x, *, bits: int = 8, symmetric: bool = True, granularity: str
 
 def quantize(x, scale, zero_point, *, bits: int = 8, symmetric: bool = True) -> np.ndarray:
     """int8 codes clamp(round(x / scale) + zero_point, qmin, qmax), with per-block parameters."""
-    x = _real("x", x).astype(np.float64)
+    x = finite_array("x", x).astype(np.float64)
     qmin, qmax = int_range(bits, symmetric)
     scale, zero_point = _checked_params(scale, zero_point, qmin, qmax)
     codes = np.round(x / expand(scale, x.shape).astype(np.float64)) + expand(zero_point, x.shape)

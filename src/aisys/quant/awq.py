@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validate import positive_int
+from .._validate import finite_array, positive_int
 from . import affine
 
 N_GRID = 20  # _search_module_scale's n_grid
@@ -43,11 +43,7 @@ class Search(NamedTuple):
 
 
 def _floats(name: str, value, ndim: int) -> np.ndarray:
-    array = np.asarray(value)
-    if array.dtype.kind != "f" or array.ndim != ndim or array.size == 0 or not np.isfinite(array).all():
-        raise ValueError(f"{name} must be a non-empty {ndim}-d array of finite floats, got {array.dtype} of shape "
-                         f"{array.shape}")
-    return array.astype(np.float64)
+    return finite_array(name, value, ndim=ndim, nonempty=True).astype(np.float64)
 
 
 def _layer(weight, x) -> tuple[np.ndarray, np.ndarray]:

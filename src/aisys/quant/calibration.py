@@ -30,16 +30,13 @@ collect it: `bins` equal bins from 0 to max|x| (2048 by default), so edges[k] = 
 
 import numpy as np
 
-from .._validate import one_of, positive_int
+from .._validate import finite_array, one_of, positive_int
 
 METHODS = ("max", "percentile", "kl", "mse")
 
 
 def _samples(x) -> np.ndarray:
-    x = np.asarray(x)
-    if x.dtype.kind != "f" or x.size == 0 or not np.isfinite(x).all():
-        raise ValueError(f"x must be a non-empty array of finite floats, got {x.dtype} of shape {x.shape}")
-    return x.astype(np.float64).ravel()
+    return finite_array("x", x, nonempty=True).astype(np.float64).ravel()
 
 
 def _histogram(counts, edges) -> tuple[np.ndarray, np.ndarray]:

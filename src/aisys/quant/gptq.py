@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import nonnegative_number, positive_int
+from .._validate import finite_array, nonnegative_number, positive_int
 from . import affine
 
 
@@ -67,10 +67,7 @@ class GPTQResult:
 
 
 def _matrix(name: str, value, shape=None) -> np.ndarray:
-    array = np.asarray(value)
-    if array.ndim != 2 or array.dtype.kind != "f" or not np.isfinite(array).all() or 0 in array.shape:
-        raise ValueError(f"{name} must be a non-empty 2-D array of finite floats, got {array.dtype} of shape "
-                         f"{array.shape}")
+    array = finite_array(name, value, ndim=2, nonempty=True)
     if shape is not None and array.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {array.shape}")
     return array.astype(np.float64)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validate import nonnegative_number, positive_number
+from .._validate import finite_array, nonnegative_number, positive_number
 from . import affine
 
 CLAMP = 1e-5  # smooth_ln_fcs: weight_scales.clamp(min=1e-5) and scales.clamp(min=1e-5)
@@ -44,11 +44,7 @@ class Smoothed(NamedTuple):
 
 
 def _floats(name: str, value, ndim: int) -> np.ndarray:
-    array = np.asarray(value)
-    if array.dtype.kind not in "fiu" or array.ndim != ndim or not np.isfinite(array).all():
-        raise ValueError(f"{name} must be a {ndim}-d array of finite numbers, got {array.dtype} of shape "
-                         f"{array.shape}")
-    return array.astype(np.float64)
+    return finite_array(name, value, ndim=ndim, kinds="fiu").astype(np.float64)
 
 
 def _weights(weights, channels: int | None = None) -> list[np.ndarray]:
