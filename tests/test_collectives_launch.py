@@ -78,9 +78,31 @@ def test_collectives_are_logged_when_allowed_and_the_class_is_restored_after():
         with traffic.record(allow_collectives=True) as log:
             dist.all_reduce(x)
         dist.barrier()  # after recording: the original method again
-        return x.tolist(), log.collectives
+        return x.tolist(), [c.name for c in log.collectives]
 
     assert run_ranks(allowed, 2, [(torch.ones(2),)] * 2)[0] == ([2.0, 2.0], ["all_reduce"])
+
+
+def test_collectives_are_logged_with_their_whole_size_in_one_order_with_the_marks():
+    """The size of a gather's output and a reduce-scatter's input counted whole, with p pieces; an async call is
+    logged when posted, before a mark made while it is in flight."""
+    def calls(x):
+        p = dist.get_world_size()
+        with traffic.record(allow_collectives=True) as log:
+            handle = dist.all_reduce(x, async_op=True)
+            log.mark("posted", bucket=0)
+            handle.wait()
+            dist.all_gather_into_tensor(torch.empty(3 * p, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+            dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * p))
+            dist.all_gather([torch.empty(4, dtype=torch.int32) for _ in range(p)], torch.ones(4, dtype=torch.int32))
+        return [entry.to_plain() for entry in log.timeline()]
+
+    timeline = run_ranks(calls, 2, [(torch.ones(5),)] * 2)[0]
+    assert [(e.get("name") or e["label"], e.get("numel"), e.get("nbytes"), e.get("dtype")) for e in timeline] == [
+        ("all_reduce", 5, 20, "float32"), ("posted", None, None, None),
+        ("all_gather_into_tensor", 6, 48, "float64"), ("reduce_scatter_tensor", 4, 16, "float32"),
+        ("all_gather", 8, 32, "int32")]
+    assert [e["seq"] for e in timeline] == list(range(5)) and timeline[1]["info"] == {"bucket": 0}
 
 
 def test_a_deadlock_fails_within_the_receive_timeout_on_every_rank():
@@ -220,6 +242,38 @@ def test_call_ranks_reports_collectives_missing_and_unfinished_functions():
         student.call_ranks("not_yet", case, world_size=2)
     with pytest.raises(CheckFailure, match="is not defined"):
         student.call_ranks("missing", case, world_size=2)
+
+
+def reduce_in_place(x):
+    dist.all_reduce(x)
+
+
+def reduced_between_marks(student, x, name):
+    """A harness, as chapter 5's checks use them: it calls the student's function `name` and records what it
+    did, collectives and its own marks in one order."""
+    with traffic.record(allow_collectives=True) as log:
+        log.mark("before")
+        student[name](x)
+        log.mark("after")
+    return {"x": x, "timeline": [entry.get("name") or entry.get("label") for entry in
+                                 (e.to_plain() for e in log.timeline())]}
+
+
+def test_call_ranks_with_a_harness_gives_it_the_student_functions_and_returns_what_it_recorded():
+    student = InProcessStudent(notebook())
+    case = [[(np.full(2, r + 1, dtype=np.float32), "reduce_in_place") for r in range(3)]]
+    outcomes = student.call_ranks("reduce_in_place", case, world_size=3,
+                                  harness="test_collectives_launch.reduced_between_marks")
+    for outcome in outcomes[0]:
+        assert outcome["value"]["x"].tolist() == [6.0, 6.0] and outcome["error"] is None
+        assert outcome["value"]["timeline"] == ["before", "all_reduce", "after"] and outcome["messages"] == []
+    missing = [[(np.ones(2, dtype=np.float32), "cheat_") for _ in range(2)]]
+    outcomes = student.call_ranks("reduce_in_place", missing, world_size=2,
+                                  harness="test_collectives_launch.reduced_between_marks")
+    assert "NameError: name 'cheat_' is not defined" in outcomes[0][0]["error"]
+    with pytest.raises(CheckFailure, match="not implemented yet"):
+        student.call_ranks("not_yet", [[(np.ones(2, dtype=np.float32), "not_yet")] * 2], world_size=2,
+                           harness="test_collectives_launch.reduced_between_marks")
 
 
 def leaves_a_receive_pending(x):

@@ -149,7 +149,10 @@ def test_imports_and_module_attributes_outside_the_dialect_are_refused(code, dia
 
 def test_the_dialect_s_values_are_never_modules_and_its_attributes_hold_no_escape_hatch():
     """A module reachable as a value would open every attribute of it; these names reach past the simulator or
-    the recorder (a simulated array's raw data and logging methods), or out of the process."""
+    the recorder (a simulated array's raw data and logging methods), into the autograd graph's nodes and
+    the hooks others registered, or out of the process. (A rank's training code may register hooks of its
+    own, `register_hook`: they run its own code, under the same grammar, and their handles offer only
+    `remove`.)"""
     for dialect in grammar.DIALECTS.values():
         for path in dialect.paths:
             try:
@@ -160,7 +163,8 @@ def test_the_dialect_s_values_are_never_modules_and_its_attributes_hold_no_escap
         assert not dialect.attributes & {"array", "load", "store", "atomic", "base", "steps", "data", "ctypes",
                                          "tofile", "format", "format_map", "gi_frame", "f_back", "f_globals",
                                          "mro", "simulated", "numba", "function", "py_func", "as_strided",
-                                         "untyped_storage", "storage", "set_", "apply_", "register_hook"}
+                                         "untyped_storage", "storage", "set_", "apply_", "grad_fn", "next_functions",
+                                         "hooks_dict_ref", "metadata", "register_prehook"}
         assert not {n for n in dialect.attributes | dialect.paths if n.startswith("_") or "._" in n}
 
 

@@ -18,7 +18,11 @@ dialect's, and calls the function:
 - "ranks": on real processes (`aisys.collectives.launch.run_ranks`), each rank recording its
   messages with `aisys.collectives.traffic.record` around the call; the reply carries what each
   rank did. Under NCCL the recorder sees each message as posted to the process group (its
-  peer, dtype and size), not the bytes on the wire.
+  peer, dtype and size), not the bytes on the wire. With a harness (`ranks["harness"]`, the
+  dotted path of a trusted function in aisys), each rank calls the harness instead, giving it
+  the student's definitions: it builds the model, calls the student's functions where
+  training would, records what it needs to (collectives, with its own marks between them)
+  and returns what the check reads.
 - "traced": numpy code under `tracemalloc`, each function the cells define counted as it is
   called; the reply carries the value and the call's trace: its peak of memory allocated
   (bytes, above what was held when it began) and how many times each function ran.
@@ -42,6 +46,8 @@ process, where there is nothing to protect, so that the student sees the grader'
 import __future__
 import ast
 import builtins
+import contextlib
+import functools
 import importlib
 import json
 import linecache
@@ -212,7 +218,7 @@ def _reply(request: dict) -> dict:
     launches = trace = None
     try:
         if dialect == "ranks":
-            result = _on_ranks(target, args[0], request["ranks"], why)
+            result = _on_ranks(target, args[0], request["ranks"], why, namespace)
         elif dialect == "traced":
             result, trace = _traced(function, namespace, args, kwargs)
         elif dialect == "triton":
@@ -272,13 +278,33 @@ def _traced(function: str, namespace: dict, args: list, kwargs: dict) -> tuple:
     return result, {"peak_bytes": max(peak, 0), "calls": calls}
 
 
-def _on_ranks(target, cases: list, ranks: dict, why: dict[str, str]) -> list:
-    """Run target on ranks["world_size"] processes, case after case (see student.Student.call_ranks)."""
+class Definitions:
+    """The student's definitions as a harness reaches them: `definitions["name"]`, the function; a name that is
+    not a function of theirs raises NameError, as calling it would (so `_missing` can say why it is missing)."""
+
+    def __init__(self, namespace: dict):
+        self._namespace = namespace
+
+    def __getitem__(self, name: str):
+        value = self._namespace.get(name)
+        if not callable(value) or name.startswith("_"):
+            raise NameError(f"name '{name}' is not defined")
+        return value
+
+
+def _on_ranks(target, cases: list, ranks: dict, why: dict[str, str], namespace: dict) -> list:
+    """Run target, or the harness with the student's definitions, on ranks["world_size"] processes, case after
+    case (see student.Student.call_ranks)."""
     from aisys.collectives import launch
 
     world_size, backend = ranks["world_size"], ranks["backend"]
+    record = not ranks.get("harness")  # a harness records what it needs itself
+    if not record:
+        harness, student = _resolve(ranks["harness"]), Definitions(namespace)
+        target = functools.partial(harness, student)
     per_rank = [[case[rank] for case in cases] for rank in range(world_size)]
-    results = launch.run_ranks(_cases_on_one_rank, world_size, [(target, mine, backend, why) for mine in per_rank],
+    results = launch.run_ranks(_cases_on_one_rank, world_size,
+                               [(target, mine, backend, why, record) for mine in per_rank],
                                backend=backend, timeout=ranks["timeout"], wall_timeout=ranks["wall_timeout"])
     if any(result == "not_implemented" for result in results):
         raise NotImplementedError
@@ -297,8 +323,9 @@ def _ranks_failed(error: BaseException) -> dict | None:
                          for o in error.outcomes]}
 
 
-def _cases_on_one_rank(target, cases: list, backend: str, why: dict[str, str]) -> list | str:
-    """In one rank: each case's arrays become tensors; record the messages of the call. Stops at the first
+def _cases_on_one_rank(target, cases: list, backend: str, why: dict[str, str], record: bool) -> list | str:
+    """In one rank: each case's arrays become tensors; record the messages of the call (if `record`, where only
+    messages are allowed; else nothing is recorded here and collectives are let through). Stops at the first
     case that raised on this rank, and after any case that raised on another or left messages unfinished (the
     barrier between fails: its error is the case's "unfinished")."""
     import numpy as np
@@ -314,7 +341,7 @@ def _cases_on_one_rank(target, cases: list, backend: str, why: dict[str, str]) -
         tensors = [torch.from_numpy(a).to(device) if isinstance(a, np.ndarray) else a for a in args]
         outcome = {"value": None, "tensors": [], "messages": [], "error": None, "unfinished": None}
         try:
-            with traffic.record() as recorded:
+            with traffic.record() if record else contextlib.nullcontext(traffic.Traffic()) as recorded:
                 value = target(*tensors)
             outcome["value"] = plain.to_plain(value, "the result")
             outcome["tensors"] = [plain.to_plain(t, "an argument") for t in tensors if isinstance(t, torch.Tensor)]

@@ -80,6 +80,21 @@ DISTRIBUTED = (  # torch.distributed: point-to-point messages, and the collectiv
     "all_to_all all_to_all_single gather scatter barrier"
 ).split()
 
+TRAINING = (  # torch.<name> a rank's training step computes with: autograd's math, optimizers' arithmetic
+    "matmul mm bmm outer einsum exp log tanh erf sqrt rsqrt sigmoid relu softmax log_softmax square mean var "
+    "isfinite isnan isinf all any tril triu ones_like randn manual_seed "
+    "nn.functional.gelu nn.functional.relu nn.functional.softmax nn.functional.log_softmax nn.functional.linear "
+    "nn.functional.layer_norm nn.functional.cross_entropy nn.functional.mse_loss "
+    "nn.functional.scaled_dot_product_attention"
+).split()
+
+TRAINING_VALUES = (  # tensors in a training step: autograd (its hooks, .grad read), in-place optimizer arithmetic
+    "grad requires_grad requires_grad_ retain_grad is_leaf register_hook register_post_accumulate_grad_hook "
+    "backward detach view view_as reshape_as flatten unflatten matmul exp log sqrt rsqrt pow square neg abs mean "
+    "var norm tanh sigmoid softmax tril triu isfinite isnan isinf addcmul_ addcdiv_ lerp_ sqrt_ exp_ neg_ abs_ "
+    "pow_ copy_ masked_fill_ remove"
+).split()
+
 TRITON_LANGUAGE = (  # triton.language.<name>: what kernels compute with; no inline assembly
     "abs add arange argmax argmin associative_scan atomic_add atomic_and atomic_cas atomic_max atomic_min atomic_or "
     "atomic_xchg atomic_xor bfloat16 broadcast broadcast_to cast cat cdiv ceil clamp constexpr cos cumprod cumsum "
@@ -157,10 +172,10 @@ SIMT = Dialect(
 
 RANKS = Dialect(
     "ranks", "the grader's ranks",
-    modules=frozenset({"numpy", "math", "functools", "torch", "torch.distributed"}),
-    paths=frozenset([f"numpy.{n}" for n in NUMPY] + [f"torch.{n}" for n in TORCH]
+    modules=frozenset({"numpy", "math", "functools", "torch", "torch.distributed", "torch.nn.functional"}),
+    paths=frozenset([f"numpy.{n}" for n in NUMPY] + [f"torch.{n}" for n in TORCH + TRAINING]
                     + [f"torch.distributed.{n}" for n in DISTRIBUTED] + FUNCTOOLS + MATH),
-    attributes=frozenset(COMMON + TENSOR_VALUES),
+    attributes=frozenset(COMMON + TENSOR_VALUES + TRAINING_VALUES),
     decorators=frozenset({"functools.cache", "functools.lru_cache"}))
 
 TRACED = Dialect(  # numpy code whose memory and calls a check measures (cleanroom: the "traced" dialect)

@@ -53,7 +53,7 @@ class Student(Protocol):
         notebook defines}. The function and what it uses must be written in numpy (grammar.TRACED)."""
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
-                   timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
+                   timeout: float = 5.0, wall_timeout: float = 30.0, harness: str | None = None) -> list[list[dict]]:
         """Call the student's `function` on `world_size` real processes in one process group, case after case.
 
         `cases[i][rank]` is the argument list of that rank in case i; numpy arrays arrive as torch
@@ -67,6 +67,14 @@ class Student(Protocol):
         unfinished, or if `function` is missing or not implemented.
         The ranks run in the clean room: the function and what it uses must be written in the
         dialect of grammar.RANKS.
+
+        With `harness` (the dotted path of a trusted function in a module of the exercise's
+        student_may_import), each rank calls `harness(definitions, *args)` instead, where
+        `definitions["name"]` is the student's function of that name (NameError if there is none):
+        the harness drives the student's functions (builds the model, calls them where training
+        would), records what the check needs, collectives included, and returns it as "value";
+        "messages" is then empty and collectives are allowed. `function` is still the one whose
+        absence or NotImplementedError the result reports.
         """
 
 
@@ -169,9 +177,10 @@ class BridgeStudent:
         return value_from_reply(function, reply, returns), trace_from_reply(function, reply)
 
     def call_ranks(self, function: str, cases: list, *, world_size: int, backend: str = "gloo",
-                   timeout: float = 5.0, wall_timeout: float = 30.0) -> list[list[dict]]:
+                   timeout: float = 5.0, wall_timeout: float = 30.0, harness: str | None = None) -> list[list[dict]]:
         __tracebackhide__ = True
-        ranks = {"world_size": world_size, "backend": backend, "timeout": timeout, "wall_timeout": wall_timeout}
+        ranks = {"world_size": world_size, "backend": backend, "timeout": timeout, "wall_timeout": wall_timeout,
+                 "harness": harness}
         reply = self._room(function, "ranks", payload((cases,), {}), "list", ranks)
         if isinstance(reply, dict) and reply.get("status") == "ranks_failed":
             raise CheckFailure(f"`{function}` did not finish on every one of {world_size} ranks: {ranks_failed(reply)}")

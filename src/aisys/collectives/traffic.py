@@ -1,9 +1,14 @@
-"""Record the point-to-point messages a process sends and receives, and catch collectives where they are not allowed.
+"""Record the point-to-point messages and collectives a process posts, and catch collectives where they are not allowed.
 
 Every torch.distributed call, whether `dist.send`, `dist.isend`, `batch_isend_irecv` or a
 collective, reaches the process group's methods, so the recorder wraps those
 (`ProcessGroup.send`, `.recv`, `.allreduce`, ...) rather than the module's functions:
 a name imported before recording started is recorded all the same.
+
+Everything recorded carries `seq`, its place in the one order of this rank's log, so that a
+grader's own notes (`Traffic.mark`, say "the gradient of parameter 3 is ready") can be set
+against when a collective was issued: a call is recorded when it is posted, before it
+completes, which is what overlapping communication with computation is about.
 """
 
 import contextlib
@@ -41,17 +46,61 @@ class Message:
     dtype: str
     numel: int
     nbytes: int
+    seq: int = 0
 
     def to_plain(self) -> dict:
-        return {"kind": self.kind, "peer": self.peer, "dtype": self.dtype, "numel": self.numel, "nbytes": self.nbytes}
+        return {"kind": self.kind, "peer": self.peer, "dtype": self.dtype, "numel": self.numel, "nbytes": self.nbytes,
+                "seq": self.seq}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective as this rank posted it: `name` as torch.distributed spells the function, and the size of
+    its largest tensor argument counted whole (an all-gather's output with all p pieces, a reduce-scatter's
+    input), which is the `n` of the cost formulas."""
+
+    name: str
+    dtype: str
+    numel: int
+    nbytes: int
+    seq: int
+
+    def to_plain(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "numel": self.numel, "nbytes": self.nbytes, "seq": self.seq}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A note the recording code itself put in the log, with whatever plain `info` it wants to keep."""
+
+    label: str
+    info: dict
+    seq: int
+
+    def to_plain(self) -> dict:
+        return {"label": self.label, "info": dict(self.info), "seq": self.seq}
 
 
 @dataclass
 class Traffic:
-    """What one rank did while recording: its messages in the order posted, and the collectives it called."""
+    """What one rank did while recording: its messages and its collectives in the order posted, and the marks."""
 
     messages: list[Message] = field(default_factory=list)
-    collectives: list[str] = field(default_factory=list)
+    collectives: list[Collective] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    posted: int = 0  # how many entries the log holds: the next one's seq
+
+    def next_seq(self) -> int:
+        self.posted += 1
+        return self.posted - 1
+
+    def mark(self, label: str, **info) -> None:
+        """Note that `label` happened now, between the calls recorded before and after."""
+        self.marks.append(Mark(label, info, self.next_seq()))
+
+    def timeline(self) -> list:
+        """Messages, collectives and marks, in the order they were recorded."""
+        return sorted([*self.messages, *self.collectives, *self.marks], key=lambda entry: entry.seq)
 
     def sent(self) -> list[Message]:
         return [m for m in self.messages if m.kind == "send"]
@@ -60,10 +109,27 @@ class Traffic:
         return sum(m.nbytes for m in self.sent())
 
 
-def _message(kind: str, tensors, peer: int) -> Message:
+def _message(kind: str, tensors, peer: int, seq: int = 0) -> Message:
     tensor = tensors[0]
     dtype = str(tensor.dtype).removeprefix("torch.")
-    return Message(kind, int(peer), dtype, tensor.numel(), tensor.numel() * tensor.element_size())
+    return Message(kind, int(peer), dtype, tensor.numel(), tensor.numel() * tensor.element_size(), seq)
+
+
+def _tensors(value) -> list:
+    """The tensors in an argument: a tensor, or lists of them nested."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _collective(name: str, args, seq: int) -> Collective:
+    """The collective with its largest argument: of each argument, the sum of the tensors it holds."""
+    sizes = [(sum(t.numel() for t in ts), ts[0]) for ts in map(_tensors, args) if ts]
+    numel, first = max(sizes, key=lambda size: size[0] * size[1].element_size(), default=(0, None))
+    dtype = str(first.dtype).removeprefix("torch.") if first is not None else ""
+    return Collective(name, dtype, numel, numel * (first.element_size() if first is not None else 0), seq)
 
 
 @contextlib.contextmanager
@@ -71,7 +137,7 @@ def record(allow_collectives: bool = False):
     """Record this process's point-to-point messages into the Traffic it yields.
 
     A collective called inside raises CollectiveNotAllowed naming it, unless `allow_collectives`,
-    in which case its name is recorded. Ranks are the group's own (the default group's are global).
+    in which case it is recorded. Ranks are the group's own (the default group's are global).
     """
     if not dist.is_available():
         raise RuntimeError("torch.distributed is not available in this build of PyTorch")
@@ -83,15 +149,15 @@ def record(allow_collectives: bool = False):
     originals = {name: getattr(group_class, name) for name in saved}
 
     def send(self, tensors, peer, *rest):
-        traffic.messages.append(_message("send", tensors, peer))
+        traffic.messages.append(_message("send", tensors, peer, traffic.next_seq()))
         return originals["send"](self, tensors, peer, *rest)
 
     def recv(self, tensors, peer, *rest):
-        traffic.messages.append(_message("recv", tensors, peer))
+        traffic.messages.append(_message("recv", tensors, peer, traffic.next_seq()))
         return originals["recv"](self, tensors, peer, *rest)
 
     def recv_anysource(self, tensors, *rest):
-        traffic.messages.append(_message("recv", tensors, -1))
+        traffic.messages.append(_message("recv", tensors, -1, traffic.next_seq()))
         return originals["recv_anysource"](self, tensors, *rest)
 
     def collective(method: str):
@@ -101,7 +167,7 @@ def record(allow_collectives: bool = False):
             if not allow_collectives:
                 raise CollectiveNotAllowed(f"dist.{name} was called, but only point-to-point messages are allowed here "
                                            "(dist.send, dist.recv, dist.isend, dist.irecv, dist.batch_isend_irecv)")
-            traffic.collectives.append(name)
+            traffic.collectives.append(_collective(name, args, traffic.next_seq()))
             return originals[method](self, *args, **kwargs)
         return called
 
