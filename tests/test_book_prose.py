@@ -81,6 +81,8 @@ def test_prose_words_a_comparison_one_way():
     assert prose.time_against(1.44, 1.0, "SDPA") == "takes 1.44× as long as SDPA (0.69× its speed)"
     assert prose.time_against(1.0, 1.44, "SDPA") == "runs 1.44× as fast as SDPA (0.69× its time)"
     assert prose.rate(7.46e12, "B/s") == "7.46 TB/s" and prose.duration(2.62e-4) == "262 µs"
+    assert prose.duration(59.5) == "59.5 s" and prose.duration(11135) == "3.09 hours" and \
+        prose.duration(90) == "1.5 minutes" and prose.duration(5 * 86400) == "5 days"
     assert prose.rate(3.2e14, "FLOP/s") == "320 TFLOP/s" and prose.significant(1234.6) == "1,235"
     with pytest.raises(ValueError, match="baseline_seconds"):
         prose.time_against(1.0, 0.0, "SDPA")

@@ -13,6 +13,7 @@ import math
 # SI prefixes for rates and sizes, largest first; times get their own units.
 _PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
 _TIME_UNITS = [(1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")]
+_LONG_TIMES = [(86400.0, "days"), (3600.0, "hours"), (60.0, "minutes")]  # from a minute up: what a reader counts in
 
 
 def _positive(what: str, value) -> float:
@@ -42,8 +43,12 @@ def rate(value: float, unit: str, digits: int = 3) -> str:
 
 
 def duration(seconds: float, digits: int = 3) -> str:
-    """A time in the unit that keeps it between 1 and 1000: duration(2.62e-4) -> '262 µs'."""
+    """A time in the unit that keeps it between 1 and 1000 below a minute, duration(2.62e-4) -> '262 µs', and in
+    minutes, hours or days from a minute up: duration(11135) -> '3.09 hours'."""
     seconds = _positive("the duration in seconds", seconds)
+    if seconds >= 60:
+        scale, unit = next((s, u) for s, u in _LONG_TIMES if seconds >= s)
+        return f"{significant(seconds / scale, digits)} {unit}"
     scale, unit = next(((s, u) for s, u in _TIME_UNITS if seconds >= s), _TIME_UNITS[-1])
     return f"{significant(seconds / scale, digits)} {unit}"
 
