@@ -112,6 +112,11 @@ def saved_activation_bytes(model: dict, micro_batch: int, seq: int, recompute: s
             storages[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        layer(x, recompute)  # what it saved stays alive while the hooks count it
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tensors this small: more threads only wait for each other (50 ms instead of 2)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            layer(x, recompute)  # what it saved stays alive while the hooks count it
+    finally:
+        torch.set_num_threads(threads)
     return sum(storages.values())
