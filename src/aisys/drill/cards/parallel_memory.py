@@ -20,7 +20,7 @@ def _layout(d, t, p, zero=0, recompute="none", sp=False):
     return {"dp": d, "tp": t, "pp": p, "zero": zero, "recompute": recompute, "sequence_parallel": sp}
 
 
-@card(topic="collectives", difficulty="easy", frequency="high", page=WALLS)
+@card(topic="parallel training", difficulty="easy", frequency="high", page=WALLS)
 def adam_mixed_precision_bytes_per_parameter():
     per = training_bytes_per_parameter()
     return Ask(
@@ -33,7 +33,7 @@ def adam_mixed_precision_bytes_per_parameter():
         f"{H100.memory_bytes / GB:.0f} GB H100 even before its activations.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=WALLS)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=WALLS)
 def zero2_bytes_per_parameter():
     d = 64
     per = 2 + (2 + 12) / d
@@ -46,7 +46,7 @@ def zero2_bytes_per_parameter():
         f"16 / {d} = {16 / d:.3g}. Activations are not sharded by any stage.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=WALLS)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=WALLS)
 def six_n_d_training_days():
     n, tokens, gpus = planner.parameter_count(GPT3), 300 * GB, 1024
     utilisation = 1 / 2
@@ -73,7 +73,7 @@ def activation_formula_score_term():
         "only the attention core: it removes most of the memory for a few percent of the compute.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=LAYOUTS)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=LAYOUTS)
 def pipeline_bubble_fraction():
     p, m = 8, 24
     fraction = (p - 1) / (m + p - 1)
@@ -86,7 +86,7 @@ def pipeline_bubble_fraction():
         "not to the step. 1F1B has the same bubble as GPipe; it holds p micro-batches' activations instead of m.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=LAYOUTS)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=LAYOUTS)
 def one_f_one_b_in_flight():
     p, m = 16, 64
     return Ask(
@@ -98,7 +98,7 @@ def one_f_one_b_in_flight():
         f"first stage's activations. GPipe would hold all {m}.")
 
 
-@card(topic="collectives", difficulty="hard", frequency="medium", page=LAYOUTS)
+@card(topic="parallel training", difficulty="hard", frequency="medium", page=LAYOUTS)
 def which_layout_for_a_node_limit():
     cluster = planner.cluster()
     options = ("tensor parallelism across nodes (t = 16), no pipeline",
