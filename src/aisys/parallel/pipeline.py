@@ -117,23 +117,31 @@ def _read(schedule) -> tuple[list[list[tuple]], int, int]:
     return stages, m, v
 
 
+def _per_stage(name: str, value, p: int) -> list[float]:
+    """A time per stage: one positive number for all, or a list of p of them."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != p:
+            raise ValueError(f"{name} must be one number or a list of p = {p} numbers, got a list of {len(value)}")
+        return [_validate.positive_number(f"{name}[{s}]", t) for s, t in enumerate(value)]
+    return [_validate.positive_number(name, value)] * p
+
+
 def simulate(schedule, t_forward: float, t_backward: float, t_comm: float = 0.0) -> dict:
     """Run a schedule in time: each stage runs its operations in order, each as soon as its stage is free and its
     inputs have arrived. A forward of a micro-batch on virtual stage k needs its forward on k - 1, a backward needs
     its backward on k + 1 (and its own forward); a result crossing to another stage arrives t_comm later. With v
     chunks a stage's forward of one chunk takes t_forward / v (t_forward is a whole stage's), its backward
-    t_backward / v.
+    t_backward / v. Either time may be one number for every stage or a list of p, one per stage.
 
     Returns {"makespan", "bubble": idle time over p * makespan, "peak": per stage the most micro-batch chunks
     forwarded and not yet backwarded, "start": per stage the start time of each operation}. ValueError naming the
     stage and operation for an invalid schedule, and for a deadlock (naming what each stuck stage waits for)."""
-    t_forward = _validate.positive_number("t_forward", t_forward)
-    t_backward = _validate.positive_number("t_backward", t_backward)
     t_comm = _validate.nonnegative_number("t_comm", t_comm)
     stages, m, v = _read(schedule)
     p = len(stages)
     last = p * v - 1
-    duration = {"F": t_forward / v, "B": t_backward / v}
+    forward, backward = _per_stage("t_forward", t_forward, p), _per_stage("t_backward", t_backward, p)
+    duration = [{"F": forward[s] / v, "B": backward[s] / v} for s in range(p)]
     finish = {}  # (kind, microbatch, virtual stage) -> when it finished
     start = [[0.0] * len(ops) for ops in stages]
     free = [0.0] * p
@@ -160,7 +168,7 @@ def simulate(schedule, t_forward: float, t_backward: float, t_comm: float = 0.0)
                 ready = 0.0 if need is None else finish[need] + (t_comm if need[2] % p != s else 0.0)
                 begin = max(free[s], ready)
                 start[s][done[s]] = begin
-                free[s] = begin + duration[op[0]]
+                free[s] = begin + duration[s][op[0]]
                 finish[(op[0], op[1], op[2] * p + s)] = free[s]
                 done[s] += 1
                 progress = True
@@ -170,7 +178,7 @@ def simulate(schedule, t_forward: float, t_backward: float, t_comm: float = 0.0)
                      for s in range(p) if done[s] < len(stages[s])]
             raise ValueError("deadlock: " + "; ".join(stuck))
     makespan = max(free)
-    busy = sum(duration[op[0]] for ops in stages for op in ops)
+    busy = sum(duration[s][op[0]] for s, ops in enumerate(stages) for op in ops)
     peaks = []
     for ops in stages:
         held = peak = 0
@@ -229,3 +237,12 @@ def run_pipeline(ops, forwards, inputs, targets, batch: int) -> None:
                 sending.append((dist.isend(x.grad, (rank - 1) % p, tag=2 * (i * v + c) + 1), x.grad))
     for request, _ in sending:
         request.wait()
+
+
+def one_f_one_b_time(p: int, m: int, t_forward, t_backward):
+    """The 1F1B schedule's [makespan, bubble] as a float64 array, for per-stage forward and backward times (lists of
+    p positive numbers), no communication time: the answer key of the drill 09-drills/pipeline_bubble."""
+    import numpy as np
+
+    result = simulate(one_f_one_b(p, m), [float(t) for t in t_forward], [float(t) for t in t_backward])
+    return np.array([result["makespan"], result["bubble"]], dtype=np.float64)
