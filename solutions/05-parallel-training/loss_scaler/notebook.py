@@ -102,7 +102,8 @@ def update_scale(scaler, found_inf):
         return new
     successful = scaler["growth_tracker"] + 1
     if successful == scaler["growth_interval"]:
-        grown = np.float32(scaler["scale"] * scaler["growth_factor"])
+        with np.errstate(over="ignore"):  # past float32's largest value the product rounds to inf
+            grown = np.float32(scaler["scale"] * scaler["growth_factor"])
         if np.isfinite(grown):
             new["scale"] = float(grown)
         new["growth_tracker"] = 0
