@@ -33,7 +33,7 @@ def why_scale_the_loss():
         "scaling. Lost updates to FP16 weights are fixed by the FP32 master copy, not by the scale.")
 
 
-@card(topic="number formats", difficulty="medium", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=PAGE)
 def when_the_scale_backs_off():
     options = ("when any element of any gradient is inf or NaN: the step is skipped, the scale multiplied by "
                "backoff_factor and the count of good steps reset",
@@ -51,7 +51,7 @@ def when_the_scale_backs_off():
         "gradient.")
 
 
-@card(topic="number formats", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def steps_to_first_growth():
     overflows = 4
     scaler, step = ls.new_scaler(), 0
@@ -103,7 +103,7 @@ def bf16_needs_no_loss_scale():
                f"FP16 ({fp16.precision}): it gives up precision, not range, which is why the FP32 master weights stay.")
 
 
-@card(topic="number formats", difficulty="easy", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="easy", frequency="high", page=PAGE)
 def master_weights_gigabytes():
     params = 7 * 10**9
     master = params * bytes_per_element("fp32")
@@ -135,7 +135,7 @@ def smallest_scale_to_normal():
         "bits.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def sharded_found_inf():
     options = ("all-reduce the found-inf flag (a max, or a sum) over the ranks before deciding to step",
                "nothing: every rank sees the same gradients",
