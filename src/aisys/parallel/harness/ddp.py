@@ -5,7 +5,9 @@
 Every rank builds the same model from `seed` (float64, on the device its data arrived on: CPU
 under gloo, its GPU under NCCL), trains it on its own shard of each batch with the student's
 `ddp_attach(params, cap_bytes)` before the first step and `ddp_finish(state)` after each
-backward, and takes the SGD steps itself. The model has what DDP must get right:
+backward, and takes the SGD steps itself. Before each step every trainable parameter's `.grad` is
+zeroed in place (a tensor, never None: the ranks' dialect cannot assign `.grad`), so a parameter
+the forward does not use still has a `.grad`, of zeros, and no hook call. The model has what DDP must get right:
 
     params (registration order)      used in the forward
     0  embed     (vocab, dim)        x = embed[tokens]           tied: also listed as 7
@@ -77,12 +79,21 @@ def sgd_step(params: list[torch.Tensor], lr: float) -> None:
                 params[i].sub_(lr * params[i].grad)
 
 
+def zero_grad(params: list[torch.Tensor]) -> None:
+    """Every trainable parameter's .grad a tensor of zeros, as optimizer.zero_grad(set_to_none=False) leaves it."""
+    for i in distinct(params):
+        if params[i].requires_grad:
+            if params[i].grad is None:
+                params[i].grad = torch.zeros_like(params[i])
+            else:
+                params[i].grad.zero_()
+
+
 def train_single(seed: int, vocab: int, dim: int, hidden: int, tokens, targets, steps: int, lr: float):
     """The expected weights: the same model trained in one process on each whole batch."""
     params = build_model(seed, vocab, dim, hidden)
     for step in range(steps):
-        for i in distinct(params):
-            params[i].grad = None
+        zero_grad(params)
         loss(params, torch.as_tensor(tokens[step]), torch.as_tensor(targets[step])).backward()
         sgd_step(params, lr)
     return [params[i].detach().numpy().copy() for i in distinct(params)]
@@ -105,8 +116,7 @@ def train(student, tokens, targets, seed: int, vocab: int, dim: int, hidden: int
         state = student["ddp_attach"](params, cap_bytes)
         backward_seconds = []
         for step in range(tokens.shape[0]):
-            for i in distinct(params):
-                params[i].grad = None
+            zero_grad(params)
             log.mark("step", step=step)
             value = loss(params, tokens[step], targets[step])
             if dist.get_rank() == delay_rank:
