@@ -188,7 +188,8 @@ def _no_wait(case: dict, ranks: list[dict], label: str) -> None:
             raise CheckFailure(
                 f"{label}: rank 1 started its backward{unredacted(f' {DELAY:g} s', '')} late, and rank {rank}'s "
                 f"backward took {unredacted(f'{took:.2f} s', 'about as long')}: it waited for rank 1 inside "
-                "backward. Post the all-reduce with async_op=True, keep the request, and wait for it only in ddp_finish, so that backward goes on while the bucket travels")
+                "backward. Post the all-reduce with async_op=True, keep the request, and wait for it only in "
+                "ddp_finish, so that backward goes on while the bucket travels")
 
 
 def _each(student, cases_by_p: dict, hidden: bool, judge, backend: str = "gloo") -> None:
