@@ -33,6 +33,8 @@ dtype and device, so the grouping changes nothing). Otherwise the rule is torch'
 parameters to the open bucket, close it as soon as its bytes reach the cap.
 """
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -70,13 +72,16 @@ def trainable(params: list[torch.Tensor]) -> list[torch.Tensor]:
     return distinct
 
 
-def ddp_attach(params: list[torch.Tensor], cap_bytes: int) -> dict:
+def ddp_attach(params: list[torch.Tensor], cap_bytes: int, log: list | None = None) -> dict:
     """Bucket the trainable parameters and hook each one; the state the hooks and `ddp_finish` share.
 
     state["params"]: the distinct trainable parameters, in registration order; state["buckets"]:
     lists of indices into it, from `assign_buckets`; state["bucket_of"][i]: parameter i's bucket;
     state["arrived"][b]: gradients of bucket b accumulated this step; state["next"]: the next
     bucket to launch; state["launched"]: (bucket, all-reduce request, flat buffer) in launch order.
+    With a list `log`, each all-reduce appends ("posted", bucket, bytes, time.perf_counter()) when posted and
+    ("done", bucket, bytes, time) when it completes (from the request's future: gloo's thread; see
+    aisys.parallel.ddp_timeline).
     """
     if not isinstance(params, (list, tuple)) or not all(isinstance(p, torch.Tensor) for p in params):
         raise ValueError("params must be a list of tensors")
@@ -88,7 +93,7 @@ def ddp_attach(params: list[torch.Tensor], cap_bytes: int) -> dict:
         for index in bucket:
             bucket_of[index] = b
     state = {"params": mine, "buckets": buckets, "bucket_of": bucket_of, "arrived": [0] * len(buckets),
-             "next": 0, "launched": []}
+             "next": 0, "launched": [], "log": log}
     for index, param in enumerate(mine):
         param.register_post_accumulate_grad_hook(_hook(state, index))
     return state
@@ -115,8 +120,16 @@ def launch_ready(state: dict, everything: bool = False) -> None:
         grads = [state["params"][i].grad for i in buckets[b]]
         flat = torch.cat([g.flatten() if g is not None else torch.zeros_like(p).flatten()
                           for g, p in zip(grads, (state["params"][i] for i in buckets[b]))])
-        state["launched"].append((b, dist.all_reduce(flat, async_op=True), flat))
+        work = dist.all_reduce(flat, async_op=True)
+        state["launched"].append((b, work, flat))
         state["next"] += 1
+        if state["log"] is not None:
+            _log_times(state["log"], b, flat.numel() * flat.element_size(), work)
+
+
+def _log_times(log: list, bucket: int, nbytes: int, work) -> None:
+    log.append(("posted", bucket, nbytes, time.perf_counter()))
+    work.get_future().then(lambda _: log.append(("done", bucket, nbytes, time.perf_counter())))
 
 
 def ddp_finish(state: dict) -> None:
