@@ -108,6 +108,7 @@ def assign_buckets(sizes: list[int], cap_bytes: int) -> list[list[int]]:
     ### END SOLUTION
 
 
+# %%
 print(assign_buckets([384, 48, 384, 64, 384, 48], 400))
 
 # %% tags=["check"]
@@ -122,7 +123,8 @@ check("assign_buckets", hidden=True)
 # `param.register_post_accumulate_grad_hook(hook)` calls `hook(param)` once `param.grad`
 # holds this step's whole gradient (for a tensor used twice, once: after both uses are summed).
 # A hook is a function; give it what it needs through a closure (a `def` inside a `def`) over
-# the state and the parameter's index.
+# the state and the parameter's index. Helpers of your own (a function that makes a hook, one that
+# posts the buckets now complete) go in the same cell, or in any cell you run before the checks.
 
 # %% tags=["solution"]
 def ddp_attach(params: list, cap_bytes: int) -> dict:
