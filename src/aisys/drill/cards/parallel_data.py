@@ -12,7 +12,7 @@ GB = 10**9
 MB = 10**6
 
 
-@card(topic="collectives", difficulty="easy", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="easy", frequency="high", page=PAGE)
 def parameter_server_link_bytes():
     workers, n = 16, 2 * GB
     load = sync.parameter_server_bytes(n, workers)
@@ -27,7 +27,7 @@ def parameter_server_link_bytes():
         "servers divides it by s.")
 
 
-@card(topic="collectives", difficulty="easy", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="easy", frequency="high", page=PAGE)
 def data_parallel_ring_bytes_per_worker():
     p, n = 16, 2 * GB
     sent = sync.all_reduce_bytes(n, p)
@@ -40,7 +40,7 @@ def data_parallel_ring_bytes_per_worker():
         "instead.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=PAGE)
 def ddp_bucket_order():
     options = ("Backward produces gradients roughly from the last layer to the first, so the bucket of the last "
                "parameters fills first and its all-reduce can start while backward still runs",
@@ -56,7 +56,7 @@ def ddp_bucket_order():
         "whose gradient comes last, and with buckets reduced in order nothing could start before backward ends.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def why_buckets_not_per_gradient():
     options = ("Each all-reduce pays a fixed latency and small messages never reach the link's bandwidth: buckets "
                "amortise both, while still starting before backward ends",
@@ -73,7 +73,7 @@ def why_buckets_not_per_gradient():
         "trade-off; the bytes sent are the same either way.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def bucket_count_for_a_cap():
     sizes_mb = [40, 4, 12, 12, 6, 6, 30, 2]
     buckets = ddp.assign_buckets([s * MB for s in sizes_mb], 25 * MB)
@@ -87,7 +87,7 @@ def bucket_count_for_a_cap():
         "may be smaller. (torch groups by dtype and caps its first bucket at 1 MiB as well.)")
 
 
-@card(topic="collectives", difficulty="hard", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="hard", frequency="medium", page=PAGE)
 def ssp_fastest_start():
     s, slowest = 3, 6
     # worker 0 is slow (10 s per iteration), worker 1 fast (1 s): the fast one runs ahead until the gate stops it
@@ -106,7 +106,7 @@ def ssp_fastest_start():
         "s = infinity is asynchronous (Downpour), where staleness has no bound.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def ddp_unused_parameter():
     options = ("Its bucket never completes, so that bucket's all-reduce is never posted during backward: DDP must "
                "find such parameters and reduce their bucket anyway (zeros for the missing gradient), or the ranks' "
