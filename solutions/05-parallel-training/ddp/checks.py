@@ -29,7 +29,8 @@ STEPS = 3
 # 3 steps); 1e-9 is far above that and far below any real mistake (a missing division by p changes the weights by
 # about lr·(p-1)·|grad|, ~1e-2 here).
 ATOL = 1e-9
-DELAY = 0.4  # seconds the late rank sleeps before its backward; a backward of this model takes milliseconds
+DELAY = 0.8  # seconds the late rank sleeps before its backward; a backward of this model takes milliseconds, and
+# half of this leaves a starved rank on a loaded 2-core machine room for a few scheduler stalls before it fails
 
 
 # ---------------------------------------------------------------------------------------------- cases
