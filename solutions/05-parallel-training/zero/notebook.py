@@ -66,9 +66,10 @@
 # `torch.optim.AdamW` on the whole batch; the first step's `state["grad"]` with the whole
 # batch's gradient; the size of every tensor in the state after the forward pass, after
 # the reduction and after the step; the gradient elements the rank still holds after
-# `reduce_gradients` (the state's tensors whose key says `grad`; stages 2 and 3: at most $s$); and the collectives each step posts, their
-# kinds, order and sizes, against $2\Psi$ and $3\Psi$. The last check runs the same on two
-# GPUs over NCCL.
+# `reduce_gradients` (the state's tensors whose key says `grad`; stages 2 and 3: at most
+# $s$); and the collectives each step posts, their kinds, order and sizes, against $2\Psi$
+# and $3\Psi$. The hidden runs add models of random widths and AdamW settings. The last
+# check runs the same on two GPUs over NCCL.
 #
 # **What is graded where.** As in chapter 6's ring all-reduce: the grader keeps the `def`s,
 # imports and assignments of the cells you ran, runs them in a fresh process of its own and
@@ -83,7 +84,7 @@ import math
 import torch
 import torch.distributed as dist
 from aisys.collectives.launch import run_ranks
-from aisys.parallel.harness import zero as harness
+from aisys.parallel.harness import zero as zero_harness
 from aisys_grader import checker
 
 check = checker("05-parallel-training/zero", globals())
@@ -232,15 +233,15 @@ def adamw_step(state: dict, lr: float, betas: tuple, eps: float, weight_decay: f
 # a reduce-scatter of $p s = 60$ elements (58 parameters and 2 of padding).
 
 # %%
-def demo(stage):
+def zero_demo(stage):
     hyper = {"lr": 0.05, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1}
     definitions = {"init_state": init_state, "gather_parameters": gather_parameters,
                    "reduce_gradients": reduce_gradients, "adamw_step": adamw_step}
-    return run_ranks(harness.train, 4, [(definitions, stage, 0, (7, 5, 3), 12, 3, hyper)] * 4, timeout=10)
+    return run_ranks(zero_harness.train, 4, [(definitions, stage, 0, (7, 5, 3), 12, 3, hyper)] * 4, timeout=10)
 
 
 try:
-    rank0 = demo(3)[0]
+    rank0 = zero_demo(3)[0]
     print("state after the last step:", rank0["sizes"]["step 3"])
     print("step 1:", [e.get("name") or e.get("mark") for e in rank0["steps"][0]])
     print("sizes:", [e["numel"] for e in rank0["steps"][0] if "numel" in e])

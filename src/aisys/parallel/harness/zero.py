@@ -86,8 +86,8 @@ def train(definitions, stage: int, seed: int, dims, rows: int, steps: int, hyper
     full parameters the state keeps, flattened; None where it keeps none), "exp_avg",
     "exp_avg_sq" (flattened), "grad_shard" (the first step's reduced gradient, state["grad"]),
     "sizes" (per point, the tensor sizes of the state), "grad_held" (after each step's reduction,
-    the elements of the state's tensors whose key says "grad": the gradients it keeps), and "steps" (per step, the timeline: collectives with name and numel,
-    and the marks).
+    the elements of the state's tensors whose key says "grad": the gradients it keeps), and
+    "steps" (per step, the timeline: collectives with name and numel, and the marks).
     """
     import torch.distributed as dist
 
