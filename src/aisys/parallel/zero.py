@@ -180,14 +180,18 @@ def communication_per_step(numel: int, p: int, stage: int) -> dict:
             "total": (1 + gathers) * padded}
 
 
-def memory_per_gpu(psi: float, n: int, stage: int, k: float = K_ADAM) -> float:
-    """Bytes of model states per GPU for Ψ parameters on N data-parallel GPUs (ZeRO, Figure 1), with 2 bytes of
-    fp16 parameters and 2 of fp16 gradients per parameter and K of optimizer state: stage 0 (plain data
-    parallelism) (2 + 2 + K)Ψ, stage 1 (2 + 2)Ψ + KΨ/N, stage 2 2Ψ + (2 + K)Ψ/N, stage 3 (2 + 2 + K)Ψ/N."""
+def memory_per_gpu(psi: float, n: int, stage: int, k: float = K_ADAM, parameter_bytes: float = 2,
+                   gradient_bytes: float = 2) -> float:
+    """Bytes of model states per GPU for Ψ parameters on N data-parallel GPUs (ZeRO, Figure 1): with 2 bytes of
+    fp16 parameters and 2 of fp16 gradients per parameter and K of optimizer state, stage 0 (plain data
+    parallelism) (2 + 2 + K)Ψ, stage 1 (2 + 2)Ψ + KΨ/N, stage 2 2Ψ + (2 + K)Ψ/N, stage 3 (2 + 2 + K)Ψ/N.
+    Training in fp32 with Adam: parameter_bytes = gradient_bytes = 4 and K = 8 (the moments only)."""
     psi, n = nonnegative_number("psi", psi), positive_int("n", n)
     stage = one_of("stage", stage, (0, *STAGES))
     k = nonnegative_number("k", k)
-    parameters, gradients, optimizer = 2 * psi, 2 * psi, k * psi
+    parameters = nonnegative_number("parameter_bytes", parameter_bytes) * psi
+    gradients = nonnegative_number("gradient_bytes", gradient_bytes) * psi
+    optimizer = k * psi
     if stage >= 1:
         optimizer /= n
     if stage >= 2:
