@@ -149,6 +149,9 @@ def _check_training(case: tuple, ranks: list[dict], p: int, where: str) -> None:
                         "reduce-scatter's sum by p (gloo has no ReduceOp.AVG)")
             elif np.allclose(got, 0 * got):
                 hint = ": it is all zeros"
+            elif got[index] == 0:
+                hint = (": it is zero, as padding is. Is the padding all at the end of the flat vector, every shard "
+                        "ceil(numel / p) long and rank r's starting at r·s?")
             raise CheckFailure(f"{where}, rank {rank}: the first step's reduced gradient shard differs from the whole "
                                f"batch's gradient at element {rank * size + index} of the padded flat vector"
                                f"{unredacted(f' ({got[index]:.6g}, expected {grad[mine][index]:.6g})')}{hint}")
