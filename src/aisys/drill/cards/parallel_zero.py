@@ -15,7 +15,7 @@ H100 = CHIPS["NVIDIA H100 SXM5 80GB"]
 GB = 10**9
 
 
-@card(topic="collectives", difficulty="easy", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="easy", frequency="high", page=PAGE)
 def bytes_per_parameter_mixed_precision_adam():
     total = training_bytes_per_parameter()
     return Ask(
@@ -27,7 +27,7 @@ def bytes_per_parameter_mixed_precision_adam():
         "needs only for the parameters it updates: that is what ZeRO's stage 1 partitions.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=PAGE)
 def zero_stage_memory_7_5b_64_gpus():
     psi, n = 75 * 10**8, 64  # the paper's example (Figure 1)
     need = [zero.memory_per_gpu(psi, n, stage) / GB for stage in range(4)]
@@ -40,7 +40,7 @@ def zero_stage_memory_7_5b_64_gpus():
         f"stage 1 {need[1]:.1f} GB, stage 3 {need[3]:.2f} GB.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=PAGE)
 def zero_communication_volume():
     options = ("2Ψ for stages 1 and 2, 3Ψ for stage 3",
                "2Ψ for every stage",
@@ -56,7 +56,7 @@ def zero_communication_volume():
         "and reduce-scatters the gradients: 3Ψ (ZeRO, section 7.2).")
 
 
-@card(topic="collectives", difficulty="easy", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="easy", frequency="high", page=PAGE)
 def what_each_stage_partitions():
     options = ("the optimizer state (master weights, Adam's moments)", "the gradients", "the fp16 parameters",
                "the activations")
@@ -67,7 +67,7 @@ def what_each_stage_partitions():
         "are not model states: ZeRO-R's activation partitioning (and checkpointing) deals with them separately.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def shard_length_with_padding():
     numel, p = 58, 4
     size = zero.shard_size(numel, p)
@@ -82,7 +82,7 @@ def shard_length_with_padding():
         "1/p of the whole, plus the padding.")
 
 
-@card(topic="collectives", difficulty="hard", frequency="low", page=PAGE)
+@card(topic="parallel training", difficulty="hard", frequency="low", page=PAGE)
 def offload_tokens_to_hide_pcie():
     pcie = LINKS["PCIe 5.0 x16"]
     flops = H100.peak("bf16")
@@ -97,7 +97,7 @@ def offload_tokens_to_hide_pcie():
         "one-step delayed parameter update hides the CPU's Adam, not the link.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def fsdp_sharding_strategy_for_zero2():
     options = ("SHARD_GRAD_OP", "FULL_SHARD", "NO_SHARD", "HYBRID_SHARD")
     return Ask(
