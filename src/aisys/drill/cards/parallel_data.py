@@ -91,11 +91,11 @@ def bucket_count_for_a_cap():
 def ssp_fastest_start():
     s, slowest = 3, 6
     # worker 0 is slow (10 s per iteration), worker 1 fast (1 s): the fast one runs ahead until the gate stops it
-    durations = np.array([[10.0] * 20, [1.0] * 20])
+    durations = np.array([[10] * 20, [1] * 20], dtype=np.float64)
     done = sync.finish_times(durations, s)
     slow_done = done[0, slowest]  # the moment the slow worker finishes iteration `slowest`
-    started = np.concatenate([[0.0], done[1, :-1]])  # when the fast worker started each iteration
-    latest = int(np.flatnonzero(started <= slow_done + 1e-9).max())
+    started = np.concatenate([[0], done[1, :-1]])  # when the fast worker started each iteration
+    latest = int(np.flatnonzero(started <= slow_done).max())  # whole seconds: exact
     return Ask(
         f"Stale-synchronous parallel SGD with staleness bound s = {s}: a worker may start iteration c only once every "
         f"worker has finished iteration c - s - 1. The slowest worker has just finished iteration {slowest} "
