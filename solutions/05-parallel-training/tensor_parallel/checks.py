@@ -76,7 +76,12 @@ def _error(outcome: dict, what: str) -> None:
 def _listed(collectives: list[dict]) -> str:
     if not collectives:
         return "none"
-    return ", ".join(f"{c.get('name')} of {unredacted(str(c.get('numel')), 'n')} elements" for c in collectives)
+    # a collective's name is the recorder's, but hidden runs quote only all_reduce's (the test for leaks cannot tell
+    # a name the recorder gave from a string the student's code returned)
+    def name(c):
+        return "all_reduce" if c.get("name") == "all_reduce" else unredacted(str(c.get("name")), "another collective")
+
+    return ", ".join(f"{name(c)} of {unredacted(str(c.get('numel')), 'n')} elements" for c in collectives)
 
 
 def _check_collectives(what: str, value: dict, numel: int, world_size: int, forward: int = 1,
@@ -95,8 +100,8 @@ def _check_collectives(what: str, value: dict, numel: int, world_size: int, forw
         hint = ""
         names = {c.get("name") for c in got}
         if names - {"all_reduce"}:
-            hint = (": only an all_reduce sums partial results in one collective (an all_gather moves p times the "
-                    "data and leaves the sum to be done)")
+            hint = (": only an all-reduce sums partial results in one collective (gathering every rank's piece "
+                    "receives p times the data and leaves the sum to be done on each rank)")
         elif len(got) > len(allowed) and len(got) > wanted:
             hint = ": every extra collective is another pass over the interconnect; f and g each communicate once"
         elif got and not right:
