@@ -117,7 +117,7 @@ def on_rank(tokens: int, width: int, hidden: int, warmup: int, reps: int, backen
     def compute_only():  # the same shard's work with f and g left out
         (torch.nn.functional.gelu(x @ shards[0] + shards[1]) @ shards[2] + b2).backward(gy)
 
-    buffer = randn(tokens, width)
+    buffer = torch.zeros(tokens, width, device=device, dtype=dtype)  # zeros: repeated in-place sums stay finite
 
     def allreduces():  # a step's two all-reduces: g's forward and f's backward, each of T x C
         dist.all_reduce(buffer)

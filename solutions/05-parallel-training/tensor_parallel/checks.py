@@ -97,15 +97,17 @@ def _check_collectives(what: str, value: dict, numel: int, world_size: int, forw
             continue
         size = unredacted(f"{numel} elements", "the activation's size")
         expected = f"one all_reduce of {size} ({why})" if wanted else "no collective"
-        hint = ""
-        names = {c.get("name") for c in got}
-        if names - {"all_reduce"}:
+        names = {str(c.get("name")) for c in got}
+        if any("gather" in name for name in names):
             hint = (": only an all-reduce sums partial results in one collective (gathering every rank's piece "
                     "receives p times the data and leaves the sum to be done on each rank)")
-        elif len(got) > len(allowed) and len(got) > wanted:
-            hint = ": every extra collective is another pass over the interconnect; f and g each communicate once"
-        elif got and not right:
+        elif len(got) > wanted:
+            hint = (": every extra collective is another pass over the interconnect on the critical path; f "
+                    "communicates only in the backward pass and g only in the forward, once each")
+        elif got:
             hint = ": the all-reduce should carry the activation (x's size), nothing larger or smaller"
+        else:
+            hint = f": nothing was summed, yet {why}"
         raise CheckFailure(f"{what}: the {phase} pass posted {_listed(got)}; expected {expected}{hint}")
 
 
