@@ -180,8 +180,8 @@ def shard_mlp(student, rng, hidden):
         args.append((_distinct(width, hid), _distinct(hid) * -1, _distinct(hid, width) + 1000, rank, p))
     results = _shard_all(student, "shard_mlp", args)
     for i, ((width, hid, rank, p), (w1, b1, w2, *_), got) in enumerate(zip(cases, args, results), 1):
-        call = f"{_label(hidden, i, len(cases))}: shard_mlp(w1 {shown((width, hid))}, b1, w2, rank={shown(rank)}, " \
-               f"world_size={shown(p)})"
+        call = (f"{_label(hidden, i, len(cases))}: shard_mlp(w1 of shape {shown((width, hid))}, b1, w2, "
+                f"rank={shown(rank)}, world_size={shown(p)})")
         part = hid // p
         mine = slice(rank * part, (rank + 1) * part)
         rows = slice(rank * (width // p), (rank + 1) * (width // p))
