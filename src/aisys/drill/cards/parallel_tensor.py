@@ -11,7 +11,7 @@ GIB, MB = 2**30, 10**6
 GPT3 = {"width": 12288, "layers": 96, "heads": 96, "seq": 2048}  # Brown et al. 2020, table 2.1
 
 
-@card(topic="collectives", difficulty="easy", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="easy", frequency="high", page=PAGE)
 def allreduces_per_layer_per_step():
     cost = tensor_parallel.allreduce_bytes_per_layer(1, 1, 2)
     per_step = 2 * cost["allreduces_per_pass"]
@@ -25,7 +25,7 @@ def allreduces_per_layer_per_step():
         f"{per_step} per step (recomputing the layer in the backward pass would add the forward's again).")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def tensor_parallel_bytes_per_layer():
     tokens, t = 4 * GPT3["seq"], 8
     cost = tensor_parallel.allreduce_bytes_per_layer(tokens, GPT3["width"], t, bytes_per_element=2)
@@ -41,7 +41,7 @@ def tensor_parallel_bytes_per_layer():
         "It grows with tokens and width, not with the weights, and does not shrink as t grows.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=PAGE)
 def why_columns_then_rows():
     options = ("GeLU is nonlinear: split by columns, each rank holds complete columns of the hidden activation and "
                "applies GeLU with no communication; the row split of W2 then needs one all-reduce at the end",
@@ -56,7 +56,7 @@ def why_columns_then_rows():
         "locally, and those columns are exactly the input a row split of W2 wants: one all-reduce per block.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="high", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="high", page=PAGE)
 def where_f_and_g_go():
     options = ("f at the block's input (identity forward, all-reduce of the gradient backward); g at its output "
                "(all-reduce forward, identity backward)",
@@ -73,7 +73,7 @@ def where_f_and_g_go():
                "identity (all-reducing it too would multiply every gradient by t).")
 
 
-@card(topic="collectives", difficulty="easy", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="easy", frequency="medium", page=PAGE)
 def output_bias_once():
     options = ("once, after g's all-reduce (every rank holds b2 whole)",
                "on every rank before g's all-reduce",
@@ -86,7 +86,7 @@ def output_bias_once():
                "once, after g.")
 
 
-@card(topic="collectives", difficulty="hard", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="hard", frequency="medium", page=PAGE)
 def sequence_parallel_saving():
     t = 8
     args = (GPT3["seq"], 1, GPT3["width"], GPT3["heads"], t)
@@ -105,7 +105,7 @@ def sequence_parallel_saving():
         f"{GPT3['layers']} layers, with the same bytes on the wire.")
 
 
-@card(topic="collectives", difficulty="medium", frequency="medium", page=PAGE)
+@card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def sequence_parallel_traffic():
     options = ("unchanged: each all-reduce becomes a reduce-scatter and an all-gather, (t-1)/t of the buffer each",
                "halved: only the reduce-scatter is left",
