@@ -276,6 +276,51 @@ def test_call_ranks_with_a_harness_gives_it_the_student_functions_and_returns_wh
                            harness="test_collectives_launch.reduced_between_marks")
 
 
+def trains_on_each_rank(x):
+    """A backward pass on every rank, as chapter 5's rank functions run."""
+    w = x.clone().requires_grad_()
+    (w * w).sum().backward()
+    x.copy_(w.grad)
+
+
+def test_call_ranks_on_a_gpu_machine_starts_the_ranks_from_a_process_that_never_ran_autograd(monkeypatch):
+    """Where torch sees a GPU, a process that has run backward cannot fork ranks that run backward (autograd's
+    device threads): the self-check's ranks start from a fresh process. Here, that path on a CPU; below, the case
+    itself where there is a GPU."""
+    from aisys_grader import cleanroom
+
+    monkeypatch.setattr(cleanroom, "_gpus_visible", lambda: True)
+    started = []
+    real = cleanroom._reply_in_fresh_process
+    monkeypatch.setattr(cleanroom, "_reply_in_fresh_process", lambda request: started.append(1) or real(request))
+    outcomes = InProcessStudent(notebook()).call_ranks(
+        "trains_on_each_rank", [[(np.full(2, r + 1.0),) for r in range(2)]], world_size=2)
+    assert started and [o["tensors"][0].tolist() for o in outcomes[0]] == [[2.0, 2.0], [4.0, 4.0]]
+
+
+def test_the_room_s_own_process_runs_ranks_itself_even_where_gpus_are_visible(monkeypatch):
+    """The fresh process is the room's `main`, which forks a child per call: that child runs the ranks, and never
+    asks for yet another fresh process (which would ask for another, until the call's time ran out)."""
+    from aisys_grader import cleanroom, student
+
+    monkeypatch.setattr(cleanroom, "_gpus_visible", lambda: True)
+    monkeypatch.setattr(cleanroom, "_reply_in_fresh_process", lambda request: {"status": "raised", "error": "Again"})
+    cases = [[(np.full(2, r + 1.0),) for r in range(2)]]
+    request = cleanroom.request(notebook()["In"], "ranks", "trains_on_each_rank", student.payload((cases,), {}),
+                                "list", ranks={"world_size": 2, "backend": "gloo", "timeout": 5, "wall_timeout": 30})
+    answer = cleanroom._call_in_child({**request, "timeout": 60})
+    assert answer["status"] == "ok", answer
+
+
+@pytest.mark.skipif(torch.cuda.device_count() == 0, reason="needs a GPU: there autograd starts a thread per device")
+def test_call_ranks_after_a_backward_in_this_process_still_trains_on_the_ranks():
+    w = torch.ones(2, requires_grad=True)
+    (w * w).sum().backward()  # autograd's device threads start here
+    outcomes = InProcessStudent(notebook()).call_ranks(
+        "trains_on_each_rank", [[(np.full(2, r + 1.0),) for r in range(2)]], world_size=2)
+    assert [o["tensors"][0].tolist() for o in outcomes[0]] == [[2.0, 2.0], [4.0, 4.0]]
+
+
 def leaves_a_receive_pending(x):
     """Posts a receive and never waits on it: every rank returns, with the message still on its way."""
     rank, p = dist.get_rank(), dist.get_world_size()

@@ -161,15 +161,33 @@ IN_FRESH_PROCESS_TIMEOUT = 120.0  # seconds a call of the in-process room may ta
 
 
 def reply(request: dict) -> dict:
-    """Run a request (see `request`) here, in a fresh namespace, and answer in the bridge's reply format."""
+    """Run a request (see `request`) in this process, a notebook's, in a fresh namespace, and answer in the bridge's
+    reply format; or in a fresh process where this one cannot run it (`_reply_in_fresh_process`)."""
+    if request["dialect"] == "triton" and _triton_compiled_here():
+        return _reply_in_fresh_process(request)
+    if request["dialect"] == "ranks" and _gpus_visible():
+        return _reply_in_fresh_process(request)
+    return _reply_here(request)
+
+
+def _reply_here(request: dict) -> dict:
+    """Run a request in this process: a notebook's that can, or the room's own (`main`), which always can."""
     if request["dialect"] == "triton":  # its kernels are defined (triton.jit) and launched in the interpreter
-        if _triton_compiled_here():
-            return _reply_in_fresh_process(request)
         from aisys import triton_interpreter
 
         with triton_interpreter.interpreting():
             return _reply(request)
     return _reply(request)
+
+
+def _gpus_visible() -> bool:
+    """Whether this process's torch sees a GPU (counted through NVML: CUDA is not initialised). There, the first
+    backward pass starts autograd's threads, one per device, and a process forked after it cannot run backward
+    ("Unable to handle autograd's threading in combination with fork-based multiprocessing"): ranks forked from a
+    notebook that has trained anything would fail. So the ranks start from a process of their own, which never
+    runs autograd before it forks them (as the sandboxed room never does)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.device_count() > 0
 
 
 def _triton_compiled_here() -> bool:
@@ -181,9 +199,10 @@ def _triton_compiled_here() -> bool:
 
 
 def _reply_in_fresh_process(request: dict) -> dict:
-    """`reply(request)` in a new Python running `main`, with Triton interpreted on the CPU from its first import."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "AISYS_DEVICE": "cpu",
-           "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+    """`reply(request)` in a new Python running `main` (for Triton, interpreted on the CPU from its first import)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+    if request["dialect"] == "triton":
+        env.update(TRITON_INTERPRET="1", AISYS_DEVICE="cpu")
     job = json.dumps({**request, "timeout": IN_FRESH_PROCESS_TIMEOUT}) + "\n"
     try:
         done = subprocess.run([sys.executable, "-m", "aisys_grader.cleanroom"], input=job, capture_output=True,
@@ -485,7 +504,7 @@ def _call_in_child(job: dict) -> dict:
         os.close(read)
         os.setpgid(0, 0)  # the call and its ranks: one process group, killed together
         try:
-            answer = json.dumps(reply(job))
+            answer = json.dumps(_reply_here(job))
         except BaseException as error:  # the room's own failure, said as the bridge says a failed call
             answer = json.dumps({"status": "raised", "error": type(error).__name__,
                                  "message": f"in the grader's clean room: {str(error)[:2000]}"})
