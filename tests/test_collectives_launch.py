@@ -285,26 +285,30 @@ def trains_on_each_rank(x):
 
 def test_call_ranks_on_a_gpu_machine_starts_the_ranks_from_a_process_that_never_ran_autograd(monkeypatch):
     """Where torch sees a GPU, a process that has run backward cannot fork ranks that run backward (autograd's
-    device threads): the self-check's ranks start from a fresh process. Here, that path on a CPU; below, the case
-    itself where there is a GPU."""
+    device threads): the self-check's ranks start from a room process of the notebook's own, started once and
+    reused. Here, that path on a CPU; below, the case itself where there is a GPU."""
     from aisys_grader import cleanroom
 
     monkeypatch.setattr(cleanroom, "_gpus_visible", lambda: True)
-    started = []
-    real = cleanroom._reply_in_fresh_process
-    monkeypatch.setattr(cleanroom, "_reply_in_fresh_process", lambda request: started.append(1) or real(request))
-    outcomes = InProcessStudent(notebook()).call_ranks(
-        "trains_on_each_rank", [[(np.full(2, r + 1.0),) for r in range(2)]], world_size=2)
-    assert started and [o["tensors"][0].tolist() for o in outcomes[0]] == [[2.0, 2.0], [4.0, 4.0]]
+    monkeypatch.setattr(cleanroom, "_ROOMS", {})
+    rooms = []
+    for _ in range(2):
+        outcomes = InProcessStudent(notebook()).call_ranks(
+            "trains_on_each_rank", [[(np.full(2, r + 1.0),) for r in range(2)]], world_size=2)
+        assert [o["tensors"][0].tolist() for o in outcomes[0]] == [[2.0, 2.0], [4.0, 4.0]]
+        rooms.append(cleanroom._ROOMS["ranks"].pid)
+    assert rooms[0] == rooms[1] and rooms[0] != os.getpid()
+    cleanroom._ROOMS["ranks"].kill()
+    cleanroom._ROOMS["ranks"].wait()
 
 
 def test_the_room_s_own_process_runs_ranks_itself_even_where_gpus_are_visible(monkeypatch):
-    """The fresh process is the room's `main`, which forks a child per call: that child runs the ranks, and never
-    asks for yet another fresh process (which would ask for another, until the call's time ran out)."""
+    """The room process runs `main`, which forks a child per call: that child runs the ranks, and never
+    asks for yet another room process (which would ask for another, until the call's time ran out)."""
     from aisys_grader import cleanroom, student
 
     monkeypatch.setattr(cleanroom, "_gpus_visible", lambda: True)
-    monkeypatch.setattr(cleanroom, "_reply_in_fresh_process", lambda request: {"status": "raised", "error": "Again"})
+    monkeypatch.setattr(cleanroom, "_reply_in_room_process", lambda request: {"status": "raised", "error": "Again"})
     cases = [[(np.full(2, r + 1.0),) for r in range(2)]]
     request = cleanroom.request(notebook()["In"], "ranks", "trains_on_each_rank", student.payload((cases,), {}),
                                 "list", ranks={"world_size": 2, "backend": "gloo", "timeout": 5, "wall_timeout": 30})

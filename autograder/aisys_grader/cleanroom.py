@@ -157,16 +157,16 @@ def _missing(error: BaseException, why: dict[str, str]) -> str | None:
     return None
 
 
-IN_FRESH_PROCESS_TIMEOUT = 120.0  # seconds a call of the in-process room may take where it needs a process of its own
+ROOM_PROCESS_TIMEOUT = 120.0  # seconds a call may take in a notebook's own room process (_reply_in_room_process)
 
 
 def reply(request: dict) -> dict:
     """Run a request (see `request`) in this process, a notebook's, in a fresh namespace, and answer in the bridge's
-    reply format; or in a fresh process where this one cannot run it (`_reply_in_fresh_process`)."""
+    reply format; or in a room process of its own where this one cannot run it (`_reply_in_room_process`)."""
     if request["dialect"] == "triton" and _triton_compiled_here():
-        return _reply_in_fresh_process(request)
+        return _reply_in_room_process(request)
     if request["dialect"] == "ranks" and _gpus_visible():
-        return _reply_in_fresh_process(request)
+        return _reply_in_room_process(request)
     return _reply_here(request)
 
 
@@ -198,27 +198,29 @@ def _triton_compiled_here() -> bool:
     return language is not None and type(getattr(language, "max", None)).__name__ != "InterpretedFunction"
 
 
-def _reply_in_fresh_process(request: dict) -> dict:
-    """`reply(request)` in a new Python running `main` (for Triton, interpreted on the CPU from its first import)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
-    if request["dialect"] == "triton":
-        env.update(TRITON_INTERPRET="1", AISYS_DEVICE="cpu")
-    job = json.dumps({**request, "timeout": IN_FRESH_PROCESS_TIMEOUT}) + "\n"
-    try:
-        done = subprocess.run([sys.executable, "-m", "aisys_grader.cleanroom"], input=job, capture_output=True,
-                              text=True, env=env, timeout=IN_FRESH_PROCESS_TIMEOUT + 60)
-        ready, answer = done.stdout.splitlines()[-2:]
-        if ready == "ready":
-            answer = json.loads(answer)
-            if answer.get("status") not in ("timeout", "died"):
-                return answer
-            why = f"did not return within {IN_FRESH_PROCESS_TIMEOUT:g} s" if answer["status"] == "timeout" else \
-                f"crashed the process it ran in ({answer.get('message')})"
-        else:
-            why = "the grader's clean room gave no reply"
-    except (subprocess.TimeoutExpired, ValueError, AttributeError) as error:
-        why = f"the grader's clean room failed ({type(error).__name__})"
-    return {"status": "raised", "error": "RuntimeError", "message": why}
+_ROOMS: dict[str, subprocess.Popen] = {}  # a notebook's own room processes, by dialect: started once, reused
+
+
+def _reply_in_room_process(request: dict) -> dict:
+    """`reply(request)` in the room process of this notebook (`main`, not sandboxed), started at the first such call
+    and again after one it could not answer; it forks a fresh process for each call, as the sandboxed room does.
+    For Triton, it interprets kernels on the CPU from its first import."""
+    dialect = request["dialect"]
+    process = _ROOMS.get(dialect)
+    if process is None or process.poll() is not None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+        if dialect == "triton":
+            env.update(TRITON_INTERPRET="1", AISYS_DEVICE="cpu")
+        process = _ROOMS[dialect] = subprocess.Popen([sys.executable, "-m", "aisys_grader.cleanroom"], env=env,
+                                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                     stderr=subprocess.DEVNULL)
+    answer, _, why, broken = exchange(process, request, ROOM_PROCESS_TIMEOUT, SandboxedRoom.STARTUP,
+                                      SandboxedRoom.GRACE)
+    if broken:
+        process.kill()
+        process.wait()
+        del _ROOMS[dialect]
+    return answer or {"status": "raised", "error": "RuntimeError", "message": why}
 
 
 def _reply(request: dict) -> dict:
@@ -427,47 +429,55 @@ class SandboxedRoom:
     def reply(self, request: dict, timeout: float) -> tuple[dict | None, float, str]:
         """Run `request` in the room: its reply (None if none came), the seconds the call took, and why no reply
         came ("" when one did). The call may take `timeout` seconds once the room is ready for it."""
-        from .kernel import REPLY_LIMIT
+        answer, seconds, why, broken = exchange(self._process(), request, timeout, self.STARTUP, self.GRACE)
+        if broken:
+            self.close()
+        return answer, seconds, why
 
-        process = self._process()
-        try:
-            process.stdin.write(json.dumps({**request, "timeout": timeout}).encode() + b"\n")
-            process.stdin.flush()
-        except BrokenPipeError:
-            pass  # the room has died: said below
-        out, ready, why = b"", None, ""
-        deadline = time.monotonic() + self.STARTUP
-        while not why:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                why = (f"did not return within {timeout:g} s" if ready else
-                       f"could not be run: the grader's clean room did not start within {self.STARTUP:g} s")
-            elif select.select([process.stdout], [], [], min(left, 1.0))[0]:
-                chunk = os.read(process.stdout.fileno(), 1 << 20)
-                out += chunk
-                if not chunk:
-                    why = f"could not be run: the grader's clean room ended (exit status {_status(process)})"
-                elif len(out) > REPLY_LIMIT:
-                    why = f"gave a result larger than {REPLY_LIMIT // 2**20} MiB"
-                if ready is None and out.startswith(b"ready\n"):
-                    ready, out = time.monotonic(), out[len(b"ready\n"):]
-                    deadline = ready + timeout + self.GRACE
-                if ready is not None and out.endswith(b"\n") and not why:
-                    break
-        seconds = time.monotonic() - (ready or time.monotonic())
-        if why:
-            self.close()
-            return None, seconds, why
-        try:
-            answer = json.loads(out)
-        except ValueError:
-            self.close()
-            return None, seconds, "could not be run: the grader's clean room gave an unreadable reply"
-        if answer.get("status") == "timeout":
-            return None, seconds, f"did not return within {timeout:g} s"
-        if answer.get("status") == "died":
-            return None, seconds, f"crashed the process it ran in ({answer.get('message')})"
-        return answer, seconds, ""
+
+def exchange(process: subprocess.Popen, request: dict, timeout: float, startup: float,
+             grace: float) -> tuple[dict | None, float, str, bool]:
+    """One call of a room process running `main`: write the request, wait `startup` seconds for "ready" and then
+    `timeout` + `grace` for the reply. Its reply (None if none came), the seconds the call took, why no reply came
+    ("" when one did), and whether the process is past use (it ended, or is stuck, or answered garbage)."""
+    from .kernel import REPLY_LIMIT
+
+    try:
+        process.stdin.write(json.dumps({**request, "timeout": timeout}).encode() + b"\n")
+        process.stdin.flush()
+    except BrokenPipeError:
+        pass  # the room has died: said below
+    out, ready, why = b"", None, ""
+    deadline = time.monotonic() + startup
+    while not why:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            why = (f"did not return within {timeout:g} s" if ready else
+                   f"could not be run: the grader's clean room did not start within {startup:g} s")
+        elif select.select([process.stdout], [], [], min(left, 1.0))[0]:
+            chunk = os.read(process.stdout.fileno(), 1 << 20)
+            out += chunk
+            if not chunk:
+                why = f"could not be run: the grader's clean room ended (exit status {_status(process)})"
+            elif len(out) > REPLY_LIMIT:
+                why = f"gave a result larger than {REPLY_LIMIT // 2**20} MiB"
+            if ready is None and out.startswith(b"ready\n"):
+                ready, out = time.monotonic(), out[len(b"ready\n"):]
+                deadline = ready + timeout + grace
+            if ready is not None and out.endswith(b"\n") and not why:
+                break
+    seconds = time.monotonic() - (ready or time.monotonic())
+    if why:
+        return None, seconds, why, True
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        return None, seconds, "could not be run: the grader's clean room gave an unreadable reply", True
+    if answer.get("status") == "timeout":
+        return None, seconds, f"did not return within {timeout:g} s", False
+    if answer.get("status") == "died":
+        return None, seconds, f"crashed the process it ran in ({answer.get('message')})", False
+    return answer, seconds, "", False
 
 
 def _status(process: subprocess.Popen):
