@@ -323,6 +323,8 @@ def test_call_ranks_after_a_backward_in_this_process_still_trains_on_the_ranks()
     outcomes = InProcessStudent(notebook()).call_ranks(
         "trains_on_each_rank", [[(np.full(2, r + 1.0),) for r in range(2)]], world_size=2)
     assert [o["tensors"][0].tolist() for o in outcomes[0]] == [[2.0, 2.0], [4.0, 4.0]]
+    # gloo's ranks see no GPU: their backward starts no CUDA context per GPU (seconds, which a peer's receive waits)
+    assert run_ranks(lambda: torch.cuda.device_count(), 2) == [0, 0]
 
 
 def leaves_a_receive_pending(x):

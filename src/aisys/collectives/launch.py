@@ -2,7 +2,7 @@
 
     results = run_ranks(fn, world_size=4, args=[(x0,), (x1,), (x2,), (x3,)])
 
-forks `world_size` processes (gloo on CPU; NCCL with one GPU per rank), calls
+forks `world_size` processes (gloo on CPU, with no GPU visible; NCCL with one GPU per rank), calls
 `fn(*args[rank])` in each, and returns the per-rank results in rank order. Every
 failure ends within seconds as a `RanksFailed` that says what each rank did: an
 exception on some rank (the others are stopped), a rank that died (with the last
@@ -325,6 +325,10 @@ def _join(rank, world_size, backend, timeout, store_path) -> None:
         torch.cuda.set_device(device)
     else:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the ranks are all here: never another interface
+        # gloo's ranks compute on the CPU. Hidden GPUs keep their first backward pass from starting autograd's
+        # thread per GPU, each making a CUDA context: seconds per rank on a machine with several GPUs, long
+        # enough for a peer's receive to time out.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     dist.init_process_group(backend, store=dist.FileStore(store_path, world_size), rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout), device_id=device)
     # Every rank has joined before any starts: a rank whose function returns at once would otherwise
