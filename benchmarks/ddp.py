@@ -27,13 +27,13 @@ data-parallel page reads.
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 
+from aisys import bench
 from aisys.collectives.launch import run_ranks
 
 BOOK = Path(__file__).resolve().parent.parent / "book" / "05-parallel-training"
@@ -133,12 +133,6 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def gpu_label(device: str) -> str:
-    """'h100' from 'NVIDIA H100 80GB HBM3', 'h200' from 'NVIDIA H200': the file name's part."""
-    found = re.search(r"\b([A-Z]\d{2,4})\b", device)
-    return (found.group(1) if found else re.sub(r"\W+", "", device)).lower()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("world_size", type=int, help="GPUs, one rank each (2 or 4)")
@@ -176,7 +170,7 @@ def main(argv=None) -> int:
     print(result["table"])
     print(f"gradients of the two DDPs after one step {'agree' if result['agree'] else 'DISAGREE'}")
     print(f"goal: reference >= {GOAL}x torch DDP's speed: {'met' if result['met'] else 'MISSED'} ({speed:.2f}x)")
-    path = args.json or BOOK / f"ddp_{gpu_label(result['device'])}x{args.world_size}.json"
+    path = args.json or BOOK / f"ddp_{bench.gpu_label(result['device'])}x{args.world_size}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written to {path}")
     return 0 if result["agree"] else 1

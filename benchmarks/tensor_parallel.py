@@ -25,7 +25,6 @@ p. The table is printed; on GPUs the rows go to book/05-parallel-training/tensor
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from aisys import bench
 from aisys.collectives.launch import run_ranks
 from aisys.parallel import tensor_parallel as tp
 
@@ -175,12 +175,6 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def gpu_label() -> str:
-    name = torch.cuda.get_device_name(0)
-    match = re.search(r"\b([A-Z]\d{2,3})\b", name)
-    return (match.group(1) if match else re.sub(r"\W+", "", name)).lower()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("world_sizes", type=int, nargs="*", help="world sizes (default: 1, 2, 4 up to the GPUs)")
@@ -218,7 +212,7 @@ def main(argv=None) -> int:
                   "of their scale")
     if args.cpu:
         return 0
-    path = args.json or BOOK / f"tensor_parallel_{gpu_label()}x{max(sizes)}.json"
+    path = args.json or BOOK / f"tensor_parallel_{bench.gpu_label(torch.cuda.get_device_name(0))}x{max(sizes)}.json"
     meta = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")

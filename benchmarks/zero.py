@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from aisys import bench
 from aisys.collectives.launch import rank_device, run_ranks
 from aisys.parallel import zero
 
@@ -178,9 +179,7 @@ def _on_rank(width, layers, batch, steps, warmup) -> list[dict]:
 def _gpu_label(world_size: int) -> str:
     if not torch.cuda.is_available():
         return f"cpux{world_size}"
-    name = torch.cuda.get_device_name(0).lower()
-    kind = next((k for k in ("h200", "h100", "a100", "l40s", "l4", "a10") if k in name), "gpu")
-    return f"{kind}x{world_size}"
+    return f"{bench.gpu_label(torch.cuda.get_device_name(0))}x{world_size}"
 
 
 def main(argv=None) -> int:

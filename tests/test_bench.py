@@ -267,3 +267,8 @@ def test_on_a_gpu_the_hosts_launch_overhead_is_not_timed():
     tiny = Benchmark("slow host", slow_host, None, make_inputs=lambda n: torch.ones(n, device="cuda"))
     (row,) = bench.measure([tiny], [1024], device="cuda", reps=10)
     assert row.seconds < 5e-5, f"{row.seconds * 1e6:.0f} us: the host's 100 us were timed"
+
+
+def test_gpu_label_is_the_short_name_stored_measurements_carry():
+    assert bench.gpu_label("NVIDIA H100 80GB HBM3") == "h100" and bench.gpu_label("NVIDIA H200") == "h200"
+    assert bench.gpu_label("NVIDIA A100-SXM4-80GB") == "a100"

@@ -29,6 +29,7 @@ printed says so.
 """
 
 import math
+import re
 import statistics
 import time
 import warnings
@@ -433,6 +434,13 @@ def _rows(rows) -> list[Row]:
     if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, Row) for r in rows):
         raise ValueError(f"rows must be a non-empty list of Row (what measure returns), got {rows!r}")
     return list(rows)
+
+
+def gpu_label(name: str) -> str:
+    """The short name a stored measurement's file carries: 'h100' from 'NVIDIA H100 80GB HBM3', 'h200' from
+    'NVIDIA H200' (torch.cuda.get_device_name)."""
+    found = re.search(r"\b([A-Z]\d{2,4})\b", name)
+    return (found.group(1) if found else re.sub(r"\W+", "", name)).lower()
 
 
 def size_label(size) -> str:
