@@ -404,3 +404,23 @@ def test_a_group_that_never_forms_fails_saying_so_after_a_few_starts(monkeypatch
     monkeypatch.setattr(launch, "_join", never)
     with pytest.raises(RanksFailed, match="could not join the process group: RuntimeError: client socket"):
         run_ranks(lambda: None, 2)
+
+
+def test_definitions_kept_notices_storage_the_student_s_code_keeps_between_calls():
+    """A harness can tell whether the student's code kept something of its own: a module-level list appended to,
+    a tensor written in place or one replaced by a larger one, a mutable default argument filled."""
+    from aisys_grader.cleanroom import Definitions
+
+    def cached(x, memo={}):  # noqa: B006 - the mutable default is the point
+        memo[len(memo)] = x
+
+    namespace = {"BUFFER": [], "TABLE": torch.zeros(4), "NESTED": {"a": [torch.zeros(2)]}, "cached": cached,
+                 "torch": torch, "__name__": "__main__"}
+    definitions = Definitions(namespace)
+    before = definitions.kept()
+    assert definitions.kept() == before
+    for change in (lambda: namespace["BUFFER"].append(1), lambda: namespace["TABLE"].add_(1),
+                   lambda: namespace["NESTED"]["a"].__setitem__(0, torch.zeros(9)), lambda: cached(1)):
+        change()
+        assert definitions.kept() != before
+        before = definitions.kept()

@@ -301,7 +301,8 @@ def _traced(function: str, namespace: dict, args: list, kwargs: dict) -> tuple:
 
 class Definitions:
     """The student's definitions as a harness reaches them: `definitions["name"]`, the function; a name that is
-    not a function of theirs raises NameError, as calling it would (so `_missing` can say why it is missing)."""
+    not a function of theirs raises NameError, as calling it would (so `_missing` can say why it is missing).
+    `kept()` says what their code can keep between calls outside what the harness hands it."""
 
     def __init__(self, namespace: dict):
         self._namespace = namespace
@@ -311,6 +312,35 @@ class Definitions:
         if not callable(value) or name.startswith("_"):
             raise NameError(f"name '{name}' is not defined")
         return value
+
+    def kept(self) -> dict[str, tuple]:
+        """A fingerprint of the storage the student's code can reach between calls: the cells' top-level values and
+        their functions' default arguments, containers opened (a few levels deep): each container's length, each
+        tensor's elements and in-place version. A harness compares two fingerprints to tell whether the code kept
+        something of its own outside what it was given (the grammar refuses `global`, but a module-level list
+        can be appended to, and a module-level tensor written in place)."""
+        import torch
+
+        found: dict[str, tuple] = {}
+
+        def visit(path: str, value, depth: int) -> None:
+            if isinstance(value, torch.Tensor):
+                found[path] = ("tensor", value.untyped_storage().nbytes(), value._version)
+            elif isinstance(value, (list, tuple, set, frozenset, dict)) and depth < 4:
+                found[path] = (type(value).__name__, len(value))
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                for key, item in list(items)[:10_000]:
+                    visit(f"{path}[{key!r}]", item, depth + 1)
+
+        for name, value in self._namespace.items():
+            if name.startswith("__") or isinstance(value, types.ModuleType):
+                continue
+            if isinstance(value, types.FunctionType):
+                for i, default in enumerate((value.__defaults__ or ()) + tuple((value.__kwdefaults__ or {}).values())):
+                    visit(f"{name}'s default {i}", default, 1)
+            else:
+                visit(name, value, 0)
+        return found
 
 
 def _on_ranks(target, cases: list, ranks: dict, why: dict[str, str], namespace: dict) -> list:

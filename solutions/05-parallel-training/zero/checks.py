@@ -223,6 +223,12 @@ def _check_memory(case: tuple, ranks: list[dict], p: int, where: str) -> None:
                     if held.get(key) != size:
                         raise CheckFailure(f'{where}, rank {rank}: state["{key}"] should be a tensor of one shard, '
                                            f"{size} elements, {at}; it holds {held.get(key, 'no tensor')}")
+        kept = value.get("kept_outside") or []
+        if kept:
+            raise CheckFailure(f"{where}, rank {rank}: between calls your code changed storage of its own outside the "
+                               f"state ({kept[0]}): what a rank holds is what its state holds, so the moments, "
+                               "shards and gradients it keeps from one call to the next belong in the state dict, "
+                               "not in a module-level value or a default argument")
         if stage >= 2:
             for step, held in enumerate(value.get("grad_held") or [], 1):
                 if held > size:

@@ -35,7 +35,10 @@
 #   moments, zeros of length $s$), `"step"` (0). Stages 1 and 2 also keep `"params"`, the
 #   full parameters (a list of tensors of the given shapes), which every rank holds. Keep
 #   what else you need in it, but **no tensor in the state may hold more than $s$ elements,
-#   except `"params"` in stages 1 and 2**: the checks read the size of every tensor in it.
+#   except `"params"` in stages 1 and 2**: the checks read the size of every tensor in it,
+#   counted by the storage it keeps alive (a slice of a full-length vector counts as all of
+#   it). And keep nothing between calls outside the state: a module-level value or a default
+#   argument that your functions change is found, and counts as memory the rank holds.
 # - *A step*, as the grader's training loop calls your functions:
 #   `weights = gather_parameters(state)`, forward; (stage 3: drop them and
 #   `weights = gather_parameters(state)` again) forward and backward, which gives

@@ -54,7 +54,8 @@ def loss(weights: list, x, y):
 
 
 def _sizes(state) -> dict:
-    """Elements of every tensor the state holds, by key (a list or tuple of tensors counts as the sum of them)."""
+    """Elements every tensor the state holds keeps alive, by key: its storage's, not its view's (a slice of a full
+    vector keeps all of it); a list or tuple of tensors counts as the sum of them."""
     if not isinstance(state, dict):
         raise TypeError(f"the state must be a dict, got {type(state).__name__}")
     sizes = {}
@@ -62,8 +63,21 @@ def _sizes(state) -> dict:
         tensors = [value] if isinstance(value, torch.Tensor) else (
             [v for v in value if isinstance(v, torch.Tensor)] if isinstance(value, (list, tuple)) else [])
         if tensors:
-            sizes[str(key)] = int(sum(t.numel() for t in tensors))
+            sizes[str(key)] = int(sum(t.untyped_storage().nbytes() // t.element_size() for t in tensors))
     return sizes
+
+
+def _kept(definitions) -> dict:
+    """The fingerprint of the storage the student's code can keep between calls (cleanroom.Definitions.kept); a
+    plain dict of functions, as a notebook's own demo passes, has none to take: {}."""
+    return definitions.kept() if hasattr(definitions, "kept") else {}
+
+
+def _kept_outside(definitions, before: dict) -> list[str]:
+    """What the student's code changed of its own storage (module-level values, default arguments) since `before`:
+    what a rank keeps outside its state."""
+    after = _kept(definitions)
+    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
 
 
 def _entry(entry) -> dict:
@@ -85,7 +99,9 @@ def train(definitions, stage: int, seed: int, dims, rows: int, steps: int, hyper
     `hyper` holds AdamW's lr, beta1, beta2, eps and weight_decay. Returns "shard", "params" (the
     full parameters the state keeps, flattened; None where it keeps none), "exp_avg",
     "exp_avg_sq" (flattened), "grad_shard" (the first step's reduced gradient, state["grad"]),
-    "sizes" (per point, the tensor sizes of the state), "grad_held" (after each step's reduction,
+    "sizes" (per point, the elements the state's tensors keep alive), "kept_outside" (what the student's code changed
+    of storage of its own outside the state: module-level values, default arguments), "grad_held" (after each
+    step's reduction,
     the elements of the state's tensors whose key says "grad": the gradients it keeps), and
     "steps" (per step, the timeline: collectives with name and numel, and the marks).
     """
@@ -100,8 +116,9 @@ def train(definitions, stage: int, seed: int, dims, rows: int, steps: int, hyper
     init_state, gather = definitions["init_state"], definitions["gather_parameters"]
     reduce_gradients, adamw_step = definitions["reduce_gradients"], definitions["adamw_step"]
 
+    before = _kept(definitions)
     state = init_state(parameters(seed, dims, device), int(stage))
-    result = {"sizes": {"init": _sizes(state)}, "grad_held": [], "steps": [], "grad_shard": None}
+    result = {"sizes": {"init": _sizes(state)}, "grad_held": [], "steps": [], "grad_shard": None, "kept_outside": []}
     for step in range(int(steps)):
         with traffic.record(allow_collectives=True) as log, warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch 2.13 renames all_gather_into_tensor and the like
@@ -125,6 +142,7 @@ def train(definitions, stage: int, seed: int, dims, rows: int, steps: int, hyper
                 result["grad_shard"] = _plain(grad)
             adamw_step(state, float(hyper["lr"]), betas, float(hyper["eps"]), float(hyper["weight_decay"]))
         result["sizes"][f"step {step + 1}"] = _sizes(state)
+        result["kept_outside"] += [f"step {step + 1}: {path}" for path in _kept_outside(definitions, before)]
         result["steps"].append([_entry(e) for e in log.timeline()])
     params = state.get("params")
     result["params"] = (_plain(torch.cat([t.reshape(-1) for t in params])) if isinstance(params, (list, tuple))
