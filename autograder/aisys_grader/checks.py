@@ -131,9 +131,10 @@ def require_gpu(*, cupy: bool = False, gpus: int = 1, optional: bool = False) ->
     Call it first thing in a check: it raises CheckSkipped, which `run` turns into a result that
     neither passes nor fails, the notebook prints as skipped, and the grading engine records no
     grade for (the notebook waits for a run on a machine with a GPU). With `optional` (a speed
-    check: what it measures exists only on a GPU) the engine grades the notebook all the same,
-    this check's points left out. The decision is the grader's, from this process:
-    AISYS_DEVICE=cpu skips even where a GPU exists.
+    check: what it measures exists only on a GPU; or a collective's NCCL run, whose code the gloo
+    checks grade on a CPU) the engine grades the notebook all the same, this check's points left
+    out. The decision is the grader's, from this process: AISYS_DEVICE=cpu skips even where a GPU
+    exists.
     """
     from aisys import cuda_c, device
 

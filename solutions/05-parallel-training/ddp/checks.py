@@ -289,7 +289,7 @@ def ddp_never_waits_in_backward(student, rng, hidden):
 @check(points=1)
 def ddp_nccl(student, rng, hidden):
     """The same training over NCCL on two GPUs: weights, one all-reduce per bucket, and overlap."""
-    require_gpu(gpus=2)
+    require_gpu(gpus=2, optional=True)  # the gloo checks grade the same code on a CPU: graded where the GPUs are
     model = _model(rng, hidden)
     case = _case(rng, 2, model, _overlapping_cap(rng, model, hidden))
 

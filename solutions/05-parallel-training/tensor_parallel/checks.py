@@ -410,7 +410,7 @@ def tp_attention(student, rng, hidden):
 @check(points=1)
 def tp_mlp_nccl(student, rng, hidden):
     """The MLP over NCCL on two GPUs: output, gradients and collectives as on gloo."""
-    require_gpu(gpus=2)
+    require_gpu(gpus=2, optional=True)  # the gloo checks grade the same code on a CPU: graded where the GPUs are
     p = 2
     for what, outcome, expected, rank, hid, numel in _run_mlp(student, rng, hidden, p, backend="nccl"):
         _mlp_forward(what, outcome, expected, p)
