@@ -209,31 +209,36 @@ def _check_memory(case: tuple, ranks: list[dict], p: int, where: str) -> None:
                 if key in full and count == full[key] or key == "grad_buffer" and stage == 1 and count <= size * p:
                     continue
                 if key in full:
-                    raise CheckFailure(f'{where}, rank {rank}: state["params"] holds {count} elements {at}; stages '
-                                       f"1 and 2 keep the {numel} parameters")
+                    raise CheckFailure(f'{where}, rank {rank}: state["params"] holds '
+                                       f"{unredacted(f'{count} elements', 'another number of elements')} {at}; "
+                                       f"stages 1 and 2 keep the {unredacted(f'{numel} ', '')}parameters whole")
                 if count > size:
                     why = {1: "stage 1 keeps 1/p of the optimizer's state (and the parameters' shard) per rank",
                            2: "stage 2 keeps 1/p of the optimizer's state and of the reduced gradients per rank",
                            3: "stage 3 keeps only shards: the gathered parameters are dropped after each pass and "
                               "gathered again, and the gradients are kept as one shard"}[stage]
-                    raise CheckFailure(f'{where}, rank {rank}: state["{shown(key)}"] holds {count} elements {at}, '
-                                       f"more than one shard ({size} = ceil({numel} / {p})): {why}")
+                    raise CheckFailure(f'{where}, rank {rank}: state["{shown(key)}"] holds '
+                                       f"{unredacted(f'{count} elements', 'more elements')} {at}, more than one shard "
+                                       f"{unredacted(f'({size} = ceil({numel} / {p}))', '(ceil(numel / p))')}: {why}")
             if point.startswith("step"):
                 for key in ("shard", "exp_avg", "exp_avg_sq"):
                     if held.get(key) != size:
                         raise CheckFailure(f'{where}, rank {rank}: state["{key}"] should be a tensor of one shard, '
-                                           f"{size} elements, {at}; it holds {held.get(key, 'no tensor')}")
+                                           f"{unredacted(f'{size} elements', 'ceil(numel / p) elements')}, {at}; it "
+                                           f"holds {unredacted(str(held.get(key, 'no tensor')), 'something else')}")
         kept = value.get("kept_outside") or []
         if kept:
             raise CheckFailure(f"{where}, rank {rank}: between calls your code changed storage of its own outside the "
-                               f"state ({kept[0]}): what a rank holds is what its state holds, so the moments, "
+                               f"state ({unredacted(kept[0], 'a module-level value or a default argument')}): "
+                               "what a rank holds is what its state holds, so the moments, "
                                "shards and gradients it keeps from one call to the next belong in the state dict, "
                                "not in a module-level value or a default argument")
         if stage >= 2:
             for step, held in enumerate(value.get("grad_held") or [], 1):
                 if held > size:
                     raise CheckFailure(f"{where}, rank {rank}: after reduce_gradients of step {step} the state "
-                                       f"holds {held} gradient elements, more than its shard of {size}: stage "
+                                       f"holds {unredacted(f'{held} ', 'more ')}gradient elements than its shard "
+                                       f"{unredacted(f'of {size} ', '')}: stage "
                                        f"{stage} keeps only the rank's shard of the reduced gradients")
 
 
