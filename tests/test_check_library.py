@@ -5,7 +5,7 @@ import pytest
 
 from aisys_grader import CheckFailure, InProcessStudent, assert_close, check, checks_for, compare_cases, run
 from aisys_grader import plain
-from aisys_grader.checks import rng_for
+from aisys_grader.checks import case_on_ranks, rng_for
 from aisys_grader.exercise import exercise_of_module, module_name
 from aisys_grader.compare import assert_format, redacted
 
@@ -257,3 +257,15 @@ def test_an_error_the_students_code_raised_names_its_line_outside_hidden_cases()
     with redacted(), pytest.raises(CheckFailure) as raised:
         student.call("f", 5, returns="number")
     assert "line 4" not in str(raised.value)
+
+
+def test_case_on_ranks_names_the_rank_that_failed_first_on_its_own_account():
+    ok = [{"value": 1, "error": None}, {"value": 2, "error": None}]
+    failed = [{"error": "RuntimeError: Connection closed by peer"}, {"error": "ValueError: bad shape"}]
+    assert case_on_ranks([ok], 0, "case 1") is ok
+    with pytest.raises(CheckFailure, match=r"^case 1: rank 1 raised ValueError: bad shape"):
+        case_on_ranks([failed], 0, "case 1")
+    with pytest.raises(CheckFailure, match=r"^case 2: did not run \(an earlier case failed\)"):
+        case_on_ranks([failed], 1, "case 2")
+    with pytest.raises(CheckFailure, match=r"^case 1: 1 said ValueError: bad shape$"):
+        case_on_ranks([failed], 0, "case 1", lambda rank, error: f"{rank} said {error}")

@@ -154,6 +154,24 @@ def require_gpu(*, cupy: bool = False, gpus: int = 1, optional: bool = False) ->
             raise CheckSkipped(f"needs {gpus} GPUs (found {count})", optional)
 
 
+def case_on_ranks(outcomes: list[list[dict]], case: int, where: str, explain: Callable | None = None) -> list[dict]:
+    """Case `case`'s outcome on every rank, from `Student.call_ranks`; CheckFailure headed by `where` when that case
+    did not run (an earlier one failed) or a rank raised in it. The rank named is the one that failed first on its
+    own account, not a peer that saw it close its links; `explain(rank, error)` words its error (by default
+    "rank r raised ...", what the student's code raised shown only where no hidden data can be in it)."""
+    from aisys.collectives.launch import first_cause
+
+    from .compare import raised
+
+    if case >= len(outcomes):
+        raise CheckFailure(f"{where}: did not run (an earlier case failed)")
+    errors = [(rank, outcome["error"]) for rank, outcome in enumerate(outcomes[case]) if outcome.get("error")]
+    if errors:
+        rank, error = first_cause(errors)
+        raise CheckFailure(f"{where}: " + (explain(rank, error) if explain else f"rank {rank} raised {raised(error)}"))
+    return outcomes[case]
+
+
 def compare_timed(student: Student, function: str, make_case: Callable[[np.random.Generator], dict],
                   reference: Callable, rng: np.random.Generator, *, returns: str, repeats: int = 5,
                   slowdown: float = 10.0, allowance: float = 0.02) -> None:

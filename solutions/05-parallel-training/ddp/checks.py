@@ -14,12 +14,11 @@ backward, the other ranks' backward time (a rank that waits in a hook waits for 
 
 import numpy as np
 
-from aisys.collectives.launch import first_cause
 from aisys.parallel import ddp
 from aisys.parallel.harness import ddp as harness
 
-from aisys_grader.checks import check, compare_cases, require_gpu
-from aisys_grader.compare import CheckFailure, raised, shown, unredacted
+from aisys_grader.checks import case_on_ranks, check, compare_cases, require_gpu
+from aisys_grader.compare import CheckFailure, shown, unredacted
 
 HARNESS = "aisys.parallel.harness.ddp.train"
 LR = 0.5  # large enough that a gradient p times too large, or not averaged, moves the weights far
@@ -88,17 +87,8 @@ def _run(student, cases: list[dict], hidden: bool, backend: str = "gloo") -> lis
                                       backend=backend, harness=HARNESS, timeout=10, wall_timeout=60)
     except CheckFailure as failure:
         raise CheckFailure(f"{'hidden cases' if hidden else 'cases'} on {p} ranks: {failure}") from None
-    values = []
-    for i, case in enumerate(cases):
-        label = _label(case, hidden, i + 1, len(cases))
-        if i >= len(outcomes):
-            raise CheckFailure(f"{label}: did not run (an earlier case failed)")
-        errors = [(r, o["error"]) for r, o in enumerate(outcomes[i]) if o.get("error")]
-        if errors:
-            rank, error = first_cause(errors)
-            raise CheckFailure(f"{label}: rank {rank} raised {raised(error)}")
-        values.append([o["value"] for o in outcomes[i]])
-    return values
+    return [[o["value"] for o in case_on_ranks(outcomes, i, _label(case, hidden, i + 1, len(cases)))]
+            for i, case in enumerate(cases)]
 
 
 # ---------------------------------------------------------------------------------------------- judgements

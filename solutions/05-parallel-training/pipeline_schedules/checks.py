@@ -16,7 +16,7 @@ import torch
 from aisys.parallel import pipeline
 from aisys.parallel.harness.pipeline import build
 
-from aisys_grader.checks import check, require_gpu
+from aisys_grader.checks import case_on_ranks, check, require_gpu
 from aisys_grader.compare import CheckFailure, raised, shown, unredacted
 
 HARNESS = "aisys.parallel.harness.pipeline.run_stage"
@@ -206,6 +206,16 @@ def _expected_messages(ops, rank: int, p: int, v: int) -> dict:
     return counts
 
 
+def _explain(rank: int, error: str) -> str:
+    """A rank's error, and what a timeout usually means in a pipeline."""
+    hint = ""
+    if "timed out" in error.lower() or "timeout" in error.lower():
+        hint = (": a receive waited for a message nobody sent yet. With a blocking dist.send, stage s "
+                "waits for s + 1 to receive its activation while s + 1 waits in its own send of a "
+                "gradient to s: post sends with dist.isend and wait for them at the end")
+    return f"rank {rank} raised {raised(error)}{hint}"
+
+
 def _run(student, p: int, cases: list, rng, label: str, backend: str = "gloo") -> None:
     """cases: (name, schedule, m, v); all in one call_ranks."""
     rows, width = 2, int(rng.integers(3, 7))
@@ -219,20 +229,10 @@ def _run(student, p: int, cases: list, rng, label: str, backend: str = "gloo") -
         raise CheckFailure(f"{label}, {p} ranks: {failure}") from None
     for n, ((name, schedule, m, v), seed) in enumerate(zip(cases, seeds)):
         where = f"{label}, {p} ranks, {name}" + unredacted(f" with m={m}" + (f", v={v}" if v > 1 else ""))
-        if n >= len(outcomes):
-            raise CheckFailure(f"{where}: did not run (an earlier case failed)")
-        errors = [(r, o["error"]) for r, o in enumerate(outcomes[n]) if o.get("error")]
-        if errors:
-            rank, error = errors[0]
-            hint = ""
-            if "timed out" in error.lower() or "timeout" in error.lower():
-                hint = (": a receive waited for a message nobody sent yet. With a blocking dist.send, stage s "
-                        "waits for s + 1 to receive its activation while s + 1 waits in its own send of a "
-                        "gradient to s: post sends with dist.isend and wait for them at the end")
-            raise CheckFailure(f"{where}: rank {rank} raised {raised(error)}{hint}")
+        ranks = case_on_ranks(outcomes, n, where, _explain)
         grads_w, grads_b = _expected_grads(seed, p * v, m, rows, width)
         peaks = pipeline.simulate(schedule, 1.0, 1.0)["peak"]
-        for r, outcome in enumerate(outcomes[n]):
+        for r, outcome in enumerate(ranks):
             value = outcome["value"]
             if value["collectives"]:
                 raise CheckFailure(f"{where}: rank {r} called {shown(value['collectives'][:3])}: a pipeline moves "

@@ -16,12 +16,11 @@ import math
 import numpy as np
 import torch
 
-from aisys.collectives.launch import first_cause
 from aisys.parallel import zero
 from aisys.parallel.harness import zero as harness
 
-from aisys_grader.checks import check, require_gpu
-from aisys_grader.compare import CheckFailure, describe, raised, shown, unredacted
+from aisys_grader.checks import case_on_ranks, check, require_gpu
+from aisys_grader.compare import CheckFailure, describe, shown, unredacted
 
 HARNESS = "aisys.parallel.harness.zero.train"
 DIMS, ROWS, STEPS = [7, 5, 3], 12, 3  # 58 parameters in four tensors of uneven sizes; 12 rows split on 2, 3, 4 ranks
@@ -104,17 +103,8 @@ def _run(student, p: int, cases: list[tuple], label: str, backend: str = "gloo")
                                       timeout=20, wall_timeout=90, harness=HARNESS)
     except CheckFailure as failure:
         raise CheckFailure(f"{label}, {p} ranks: {failure}") from None
-    values = []
-    for i, case in enumerate(cases):
-        where = f"{label}, {p} ranks, stage {case[0]}"
-        if i >= len(outcomes):
-            raise CheckFailure(f"{where}: did not run (an earlier case failed)")
-        errors = [(r, o["error"]) for r, o in enumerate(outcomes[i]) if o.get("error")]
-        if errors:
-            rank, error = first_cause(errors)
-            raise CheckFailure(f"{where}: rank {rank} raised {raised(error)}")
-        values.append([o["value"] for o in outcomes[i]])
-    return values
+    return [[o["value"] for o in case_on_ranks(outcomes, i, f"{label}, {p} ranks, stage {case[0]}")]
+            for i, case in enumerate(cases)]
 
 
 def _array(value, what: str, size: int, where: str) -> np.ndarray:

@@ -16,9 +16,8 @@ import itertools
 import numpy as np
 
 from aisys.collectives import ring
-from aisys.collectives.launch import first_cause
 
-from aisys_grader.checks import check, require_gpu
+from aisys_grader.checks import case_on_ranks, check, require_gpu
 from aisys_grader.compare import CheckFailure, describe, raised, redacting, unredacted
 
 DTYPES = ("float32", "float64", "int64")
@@ -231,15 +230,11 @@ def _check_world(function: str, student, p: int, cases: list[tuple[int, str]], r
         raise CheckFailure(f"{label}, {p} rank(s): {failure}") from None
     for i, (n, dtype, inputs, expected, _) in enumerate(prepared):
         where = f"{label}, {p} rank(s), case {i + 1} of {len(prepared)}: {function}(tensor of {n} {dtype})"
-        if i >= len(outcomes):
-            raise CheckFailure(f"{where}: did not run (an earlier case failed)")
-        errors = [(r, o["error"]) for r, o in enumerate(outcomes[i]) if o.get("error")]
-        if errors:  # the cause, not a peer that saw the failed rank close its links
-            raise CheckFailure(f"{where}: {_error_text(function, p, *first_cause(errors))}")
+        ranks = case_on_ranks(outcomes, i, where, lambda rank, error: _error_text(function, p, rank, error))
         bounds = ring.chunk_bounds(n, p)
         total = 0
         try:
-            for rank, outcome in enumerate(outcomes[i]):
+            for rank, outcome in enumerate(ranks):
                 total += _check_traffic(function, outcome.get("messages") or [], rank, p, n,
                                         np.dtype(dtype).itemsize)
                 start, stop = bounds[(rank + 1) % p] if function == "ring_reduce_scatter" else (0, n)

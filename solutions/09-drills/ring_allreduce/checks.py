@@ -14,9 +14,8 @@ p, a prime, thousands).
 import numpy as np
 
 from aisys.collectives import ring
-from aisys.collectives.launch import first_cause
 
-from aisys_grader.checks import check
+from aisys_grader.checks import case_on_ranks, check
 from aisys_grader.compare import CheckFailure, raised, unredacted
 
 EPSILON = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.float64).eps)}
@@ -110,14 +109,10 @@ def _world(student, rng, p: int, cases: list[tuple[int, str]], label: str) -> No
         raise CheckFailure(f"{label}s on {p} ranks: {failure}") from None
     for i, ((n, dtype), given) in enumerate(zip(cases, inputs)):
         where = f"{label} {i + 1} of {len(cases)} on {p} ranks, a tensor of {n} {dtype}"
-        if i >= len(outcomes):
-            raise CheckFailure(f"{where}: did not run (an earlier case failed)")
-        errors = [(r, o["error"]) for r, o in enumerate(outcomes[i]) if o.get("error")]
-        if errors:  # the cause, not a peer that saw the failed rank close its links
-            raise CheckFailure(f"{where}: {_error_text(p, *first_cause(errors))}")
+        ranks = case_on_ranks(outcomes, i, where, lambda rank, error: _error_text(p, rank, error))
         try:
             total = 0
-            for rank, outcome in enumerate(outcomes[i]):
+            for rank, outcome in enumerate(ranks):
                 total += _check_traffic(outcome.get("messages") or [], rank, p, n)
                 _check_values((outcome.get("tensors") or [None])[0], given, rank)
             if total != 2 * (p - 1) * n:
