@@ -2,7 +2,7 @@
 
 TOPICS = ("architecture", "number formats", "gpu programming", "memory access", "reductions", "sorting",
           "normalization", "attention", "matmul", "tensor cores", "vision", "collectives", "inference", "decoding",
-          "quantization", "parallel training")
+          "quantization", "parallel training", "autograd and compilers")
 DIFFICULTIES = ("easy", "medium", "hard")
 FREQUENCIES = ("high", "medium", "low")  # how often interviews ask it
 LANGUAGES = ("numpy", "torch", "simt", "triton", "cuda")  # what a coding drill's attempt is written in
