@@ -69,8 +69,8 @@ class RecordingStudent(InProcessStudent):
         reply, seconds = super()._reply(function, data, returns)
         return self._record(data, reply), seconds
 
-    def _room(self, function, dialect, data, returns, ranks=None):
-        return self._record(data, super()._room(function, dialect, data, returns, ranks), ranks)
+    def _room(self, function, dialect, data, returns, ranks=None, generated=()):
+        return self._record(data, super()._room(function, dialect, data, returns, ranks, generated), ranks)
 
     def _record(self, data: str, reply: dict, ranks: dict | None = None) -> dict:
         self.given.append(plain.decode(data))

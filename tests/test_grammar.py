@@ -305,6 +305,37 @@ def test_the_clean_room_runs_triton_kernels_in_its_interpreter_and_counts_each_l
     assert launch["kernel"] == "double_kernel" and launch["programs"] == 3 and launch["loaded"] == 10
 
 
+GENERATOR = """
+def generate(factor):
+    return (
+        "import triton\\nimport triton.language as tl\\nimport torch\\n\\n\\n@triton.jit\\n"
+        "def scaled_kernel(x_ptr, n, BLOCK: tl.constexpr):\\n"
+        "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\\n"
+        f"    tl.store(x_ptr + offsets, {factor} * tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)\\n"
+        "\\n\\ndef scaled(x):\\n    t = torch.from_numpy(x)\\n"
+        "    scaled_kernel[(triton.cdiv(t.numel(), 4),)](t, t.numel(), BLOCK=4)\\n    return t.numpy()\\n")
+"""
+
+
+def test_generated_source_runs_in_the_clean_room_as_one_more_cell_under_the_grammar(tmp_path):
+    """A code generator's output is graded where the student's own kernels are: in the clean room, after the
+    notebook's cells, under the dialect's grammar; never executed in the grader or let past the grammar."""
+    scope = {"In": ["", GENERATOR]}
+    exec(GENERATOR, scope)
+    student = InProcessStudent(scope)
+    source = student.call("generate", 3, returns="string")
+    value, launches = student.profiled_call("scaled", np.ones(6, np.float32), returns="array", dialect="triton",
+                                            generated=source)
+    assert value.tolist() == [3.0] * 6 and launches[0]["kernel"] == "scaled_kernel" and launches[0]["loaded"] == 6
+    escape = tmp_path / "escaped"
+    hostile = f"def scaled(x):\n    open({str(escape)!r}, 'w').write('out')\n    return x\n"
+    with pytest.raises(CheckFailure, match="open"):
+        student.profiled_call("scaled", np.ones(6, np.float32), dialect="triton", generated=hostile)
+    assert not escape.exists()
+    with pytest.raises(CheckFailure, match="not a string"):
+        student.profiled_call("scaled", np.ones(6, np.float32), dialect="triton", generated=["code"])
+
+
 def test_the_self_check_runs_the_cells_in_ipython_s_history():
     scope = {"In": ["", KERNEL]}
     exec(KERNEL, scope)

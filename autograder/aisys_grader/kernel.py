@@ -314,12 +314,13 @@ class KernelStudent(BridgeStudent):
             raise CheckFailure(f"the result of `{function}` is larger than {REPLY_LIMIT // 2**20} MiB")
         return reply, done.seconds
 
-    def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None) -> dict | None:
+    def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None,
+              generated: tuple[str, ...] = ()) -> dict | None:
         __tracebackhide__ = True
         if self.room is None:
             raise CheckFailure(f"`{function}` could not be run by the grader: this grading has no clean room")
         try:
-            request = cleanroom.request(self.sources, dialect, function, data, returns,
+            request = cleanroom.request([*self.sources, *generated], dialect, function, data, returns,
                                         modules=cleanroom.student_may_import(self.exercise), ranks=ranks)
         except ValueError as error:
             raise CheckFailure(f"`{function}` could not be run by the grader: {error}") from None

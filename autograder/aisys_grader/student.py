@@ -42,10 +42,14 @@ class Student(Protocol):
         untrusted) and the wall seconds the whole call took on the grader's clock (speed.py)."""
 
     def profiled_call(self, function: str, *args, returns: str = "any", dialect: str = "simt",
-                      **kwargs) -> tuple[Any, list[dict]]:
+                      generated: str | None = None, **kwargs) -> tuple[Any, list[dict]]:
         """`call` in the clean room, with kernels run in the SIMT simulator (or, with dialect="triton", in Triton's
         interpreter): the value and one report (plain dict) per launch. The function and what it uses must be
-        written in that dialect (grammar.SIMT, grammar.TRITON)."""
+        written in that dialect (grammar.SIMT, grammar.TRITON).
+
+        `generated` is source that the student's code wrote (a code generator's output, obtained with `call`): it
+        runs as one more cell after the notebook's, under the same grammar, so generated code is graded where and
+        as the student's own kernels are, never in the grader or in the student's process."""
 
     def traced_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, dict]:
         """`call` in the clean room, under tracemalloc: the value and the call's trace, {"peak_bytes": its peak of
@@ -166,9 +170,12 @@ class BridgeStudent:
         return value_from_reply(function, reply, "mapping"), seconds
 
     def profiled_call(self, function: str, *args, returns: str = "any", dialect: str = "simt",
-                      **kwargs) -> tuple[Any, list[dict]]:
+                      generated: str | None = None, **kwargs) -> tuple[Any, list[dict]]:
         __tracebackhide__ = True
-        reply = self._room(function, dialect, payload(args, kwargs), returns)
+        if generated is not None and not isinstance(generated, str):
+            raise CheckFailure(f"the generated source is a {type(generated).__name__}, not a string of code")
+        reply = self._room(function, dialect, payload(args, kwargs), returns,
+                           generated=() if generated is None else (generated,))
         return value_from_reply(function, reply, returns), launches_from_reply(function, reply)
 
     def traced_call(self, function: str, *args, returns: str = "any", **kwargs) -> tuple[Any, dict]:
@@ -237,11 +244,12 @@ class InProcessStudent(BridgeStudent):
         reply = bridge.reply(self.namespace, function, data, returns, harness)
         return reply, time.process_time() - start
 
-    def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None) -> dict:
+    def _room(self, function: str, dialect: str, data: str, returns: str, ranks: dict | None = None,
+              generated: tuple[str, ...] = ()) -> dict:
         __tracebackhide__ = True
         sources = self.namespace.get("In")
         if not (isinstance(sources, list) and all(isinstance(s, str) for s in sources)):
             raise CheckFailure(f"`{function}` is graded from the source of your notebook's cells, which IPython "
                                "keeps in `In`; run this check in a notebook (Jupyter or IPython)")
-        return cleanroom.reply(cleanroom.request(sources, dialect, function, data, returns,
+        return cleanroom.reply(cleanroom.request([*sources, *generated], dialect, function, data, returns,
                                                  modules=cleanroom.student_may_import(self.exercise), ranks=ranks))
