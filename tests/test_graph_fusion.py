@@ -118,3 +118,18 @@ def test_generated_source_is_in_the_graders_triton_dialect():
     grammar = pytest.importorskip("aisys_grader.grammar")
     read = grammar.read([codegen.generate_triton(chain(), ["t", "u", "y"])], grammar.TRITON, ["aisys.tensors"])
     assert not [d.refusal for d in read if d.refusal]
+
+
+def test_passes_fold_simplify_cse_dce_and_memory():
+    from aisys.graph import passes
+    g = {"nodes": [N("x", "input", shape=[4]), N("one", "constant", value=1.0), N("two", "constant", value=2.0),
+                   N("half", "div", ["one", "two"], []), N("a", "mul", ["x", "one"], [4]), N("b", "exp", ["a"], [4]),
+                   N("c", "exp", ["a"], [4]), N("d", "add", ["b", "c"], [4]), N("e", "mul", ["d", "half"], [4]),
+                   N("dead", "neg", ["x"], [4])], "outputs": ["e"]}
+    x = np.arange(4.0)
+    out = passes.eliminate_common_subexpressions(passes.simplify(passes.fold_constants(g)))
+    assert {n["name"] for n in out["nodes"]} == {"x", "b", "d", "e", "half"}
+    np.testing.assert_allclose(ir.evaluate(out, {"x": x})["e"], ir.evaluate(g, {"x": x})["e"])
+    chain_ = {"nodes": [N("x", "input", shape=[10])] + [N(f"v{k}", "exp", [f"v{k - 1}" if k else "x"], [10])
+                                                         for k in range(5)], "outputs": ["v4"]}
+    assert passes.peak_memory(chain_, reuse=False) == 6 * 40 and passes.peak_memory(chain_) == 3 * 40
