@@ -90,7 +90,9 @@ def main(cpu_check: bool, out: Path | None):
             unfused = fusion.bytes_moved(graph, [[op] for op in OPS])
             counts.append({"dtype": dtype, "shape": list(shape), "fused_bytes": fused, "unfused_bytes": unfused})
             rtol = 2e-2 if dtype == "bf16" else 1e-5  # bf16 eager rounds 5 intermediates to 8 bits; fp32: erf ulps
-            useful = (lambda size, f=fused: f)
+
+            def useful(size, f=fused):
+                return f
             benchmarks = [bench.Benchmark(f"torch eager {dtype}", eager, None, make_inputs=make, bytes=useful)]
             if on_gpu:
                 compiled = torch.compile(eager)

@@ -28,7 +28,8 @@ def _shape(rng, hidden):
 
 def chain(M, N):
     n = ir.node
-    return {"nodes": [n("x", "input", shape=[M, N]), n("bias", "input", shape=[N]), n("residual", "input", shape=[M, N]),
+    return {"nodes": [n("x", "input", shape=[M, N]), n("bias", "input", shape=[N]),
+                      n("residual", "input", shape=[M, N]),
                       n("t", "add", ["x", "bias"], [M, N]), n("u", "gelu", ["t"], [M, N]),
                       n("y", "add", ["u", "residual"], [M, N])], "outputs": ["y"]}
 
@@ -61,7 +62,8 @@ def reduce(M, N):
 
 def siblings(M, N):
     n = ir.node
-    return {"nodes": [n("x", "input", shape=[M, N]), n("a", "relu", ["x"], [M, N]), n("a2", "square", ["a"], [M, N]),
+    return {"nodes": [n("x", "input", shape=[M, N]), n("a", "relu", ["x"], [M, N]),
+                      n("a2", "square", ["a"], [M, N]),
                       n("b", "neg", ["x"], [M, N]), n("b2", "exp", ["b"], [M, N])], "outputs": ["a2", "b2"]}
 
 
@@ -69,7 +71,8 @@ def matmul(M, N):
     K = N + 1
     n = ir.node
     return {"nodes": [n("x", "input", shape=[M, K]), n("w", "input", shape=[K, N]), n("bias", "input", shape=[N]),
-                      n("w2", "input", shape=[N, N]), n("p", "relu", ["x"], [M, K]), n("m", "matmul", ["p", "w"], [M, N]),
+                      n("w2", "input", shape=[N, N]), n("p", "relu", ["x"], [M, K]),
+                      n("m", "matmul", ["p", "w"], [M, N]),
                       n("t", "add", ["m", "bias"], [M, N]), n("h", "relu", ["t"], [M, N]),
                       n("m2", "matmul", ["h", "w2"], [M, N]), n("y", "add", ["m2", "h"], [M, N])],
             "outputs": ["y"]}

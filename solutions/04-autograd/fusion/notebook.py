@@ -22,7 +22,7 @@
 # | kind | ops | shape |
 # | --- | --- | --- |
 # | `input` | `input`: an array in memory | given |
-# | `elementwise` | unary `neg exp log sqrt tanh sigmoid relu gelu square`, binary `add sub mul div maximum` | operands broadcast as numpy does: a bias `[N]` against `[M, N]` |
+# | `elementwise` | unary `neg exp log sqrt tanh sigmoid relu gelu square`, binary `add sub mul div maximum` | broadcast as numpy: `[N]` against `[M, N]` |
 # | `reduction` | `sum`, `max` over the **last** axis, keeping it | `[M, N] -> [M, 1]` |
 # | `matmul` | `matmul` | `[M, K] @ [K, N] -> [M, N]` |
 #
@@ -79,7 +79,8 @@ from aisys_grader import checker
 check = checker("04-autograd/fusion", globals())
 
 KINDS = {"input": "input", "matmul": "matmul", "sum": "reduction", "max": "reduction",
-         **{op: "elementwise" for op in "neg exp log sqrt tanh sigmoid relu gelu square add sub mul div maximum".split()}}
+         **{op: "elementwise" for op in
+            "neg exp log sqrt tanh sigmoid relu gelu square add sub mul div maximum".split()}}
 
 
 def node(name, op, inputs=(), shape=()):
