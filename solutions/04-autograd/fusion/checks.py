@@ -78,7 +78,8 @@ def matmul(M, N):
             "outputs": ["y"]}
 
 
-GRAPHS = {"CHAIN": chain, "DIAMOND": diamond, "SOFTMAX": softmax, "GATED_SOFTMAX": scaled_softmax, "REDUCE": reduce, "SIBLINGS": siblings,
+GRAPHS = {"CHAIN": chain, "DIAMOND": diamond, "SOFTMAX": softmax, "GATED_SOFTMAX": scaled_softmax,
+          "REDUCE": reduce, "SIBLINGS": siblings,
           "MATMUL": matmul}
 
 

@@ -22,7 +22,7 @@
 # | kind | ops | shape |
 # | --- | --- | --- |
 # | `input` | `input`: an array in memory | given |
-# | `elementwise` | unary `neg exp log sqrt tanh sigmoid relu gelu square`, binary `add sub mul div maximum` | broadcast as numpy: `[N]` against `[M, N]` |
+# | `elementwise` | `neg exp log sqrt tanh sigmoid relu gelu square`, `add sub mul div maximum` | numpy's broadcast |
 # | `reduction` | `sum`, `max` over the **last** axis, keeping it | `[M, N] -> [M, 1]` |
 # | `matmul` | `matmul` | `[M, K] @ [K, N] -> [M, N]` |
 #

@@ -55,7 +55,8 @@ def fusion_cycle():
     return Ask("In softmax, e = exp(x - max) is read by s = sum(e) and by p = e / s. Why can e and p not be one "
                "kernel while s is a kernel of its own?", Choice(options, 1),
                "The groups must run in some order. The group {e, p} feeds s and reads s: a path leaves it and comes "
-               "back, so no order exists. Legal: e with s, then p alone; or one kernel that does the whole row (a fused "
+               "back, so no order exists. Legal: e with s, then p alone; or one kernel that does the whole row "
+               "(a fused "
                "softmax, which needs the reduction's epilogue to fuse).")
 
 
