@@ -14,7 +14,8 @@ def test_simulate_by_hand():
     # segments 0..2 and 3..4: held 4 + 8; backward of 3..4 holds 4 + 8 + 1, of 0..2 holds 4 + 1 + 2
     two = recompute.simulate(a, c, [0, 3])
     assert (two["peak"], two["recompute"], two["held"]) == (13, 15, 12)
-    assert two["steps"][-1] == ("backward 0..2", 0)
+    assert two["steps"][-1] == ("backward 0", 0)
+    assert [event for event, _ in two["steps"]][5:8] == ["recompute 3", "recompute 4", "backward 4"]
     # layer 0 is a checkpoint whether listed or not
     assert recompute.simulate(a, c, [3]) == two
 

@@ -69,23 +69,27 @@ def segments(n: int, plan) -> list[tuple[int, int]]:
 
 
 def simulate(a, c, plan) -> dict:
-    """Run a plan step by step: {"peak": the most bytes saved at once, "recompute": the forward cost rerun,
-    "held": the bytes saved at the end of the forward pass, "steps": [(what, bytes saved after it)]}."""
+    """Run a plan layer by layer: {"peak": the most bytes saved at once, "recompute": the forward cost rerun,
+    "held": the bytes saved at the end of the forward pass, "steps": [(event, bytes saved after it)], an event being
+    "forward i", "recompute i" or "backward i"}."""
     a, c = _chain(a, c)
     steps, live, recompute = [], 0, 0
     parts = segments(len(a), plan)
     for j, k in parts:  # forward: each segment keeps its input's a[j], whatever its length
-        live += a[j]
-        steps.append((f"forward {j}..{k}", live))
+        for i in range(j, k + 1):
+            live += a[i] if i == j else 0
+            steps.append((f"forward {i}", live))
     held = peak = live
     for j, k in reversed(parts):
         if k > j:  # checkpoint reruns the segment; its layers save again, a[j] being the same tensor as before
-            recompute += sum(c[j:k + 1])
-            live += sum(a[j + 1:k + 1])
-            steps.append((f"recompute {j}..{k}", live))
+            for i in range(j, k + 1):
+                recompute += c[i]
+                live += a[i] if i > j else 0
+                steps.append((f"recompute {i}", live))
         peak = max(peak, live)
-        live -= sum(a[j:k + 1])  # the backward through the segment frees what it saved, its input last
-        steps.append((f"backward {j}..{k}", live))
+        for i in range(k, j - 1, -1):  # the backward through the segment frees what each layer saved
+            live -= a[i]
+            steps.append((f"backward {i}", live))
     return {"peak": peak, "recompute": recompute, "held": held, "steps": steps}
 
 
