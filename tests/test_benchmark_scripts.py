@@ -14,9 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("script", ["triton_kernels.py", "gemm.py"])
-def test_benchmark_script_checks_its_kernels_on_a_cpu(script, tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), str(tmp_path)], capture_output=True,
+@pytest.mark.parametrize("script, args", [("triton_kernels.py", []), ("gemm.py", []),
+                                          ("fusion.py", ["--cpu-check", "--out", "fusion_cpu.json"])])
+def test_benchmark_script_checks_its_kernels_on_a_cpu(script, args, tmp_path):
+    args = [str(tmp_path / a) if a.endswith(".json") else a for a in args] or [str(tmp_path)]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
                           text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "AISYS_DEVICE": "cpu",
                                                        "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -38,6 +38,7 @@ ROUND_TRIP = {
                            "reduction",  # the SIMT simulator in the sandbox
                            "triton_softmax"],  # Triton's interpreter, and an optional speed check left out on a CPU
     "03-tensor-cores": ["gemm_tiling"],
+    "04-autograd": ["fusion"],  # a student's generated Triton source run in the sandbox's clean room
     "05-parallel-training": ["pipeline_schedules"],  # a trusted harness driving the student's functions on ranks
     "06-collectives": ["tree_allreduce"],  # ranks as processes in the sandbox's clean room
     "07-inference": ["kv_cache"],
