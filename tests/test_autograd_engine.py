@@ -45,7 +45,7 @@ def test_unary_ops_match_torch(node):
     rng = np.random.default_rng(1)
     x = rng.uniform(0.2, 2, (2, 3, 4)) * (1 if node["op"] in ("log", "pow") else rng.choice([-1, 1], (2, 3, 4)))
     program = [{"op": "input", "index": 0}, {**node, "args": [0]}]
-    upstream = rng.standard_normal(programs._value(program, [x]).shape)
+    upstream = rng.standard_normal(programs.forward(program, [x]).shape)
     _same(programs.gradients(program, [x], [True], upstream), programs.torch_gradients(program, [x], [True], upstream))
 
 
@@ -73,7 +73,7 @@ def test_random_programs_match_torch(seed):
     inputs = [rng.standard_normal(s) for s in [(3, 4), (4,), (3, 1), (4, 2), ()]]
     requires = [True, True, bool(seed % 2), True, False]
     program = programs.random_program(rng, inputs, nodes=14)
-    upstream = rng.standard_normal(programs._value(program, inputs).shape)
+    upstream = rng.standard_normal(programs.forward(program, inputs).shape)
     _same(programs.gradients(program, inputs, requires, upstream),
           programs.torch_gradients(program, inputs, requires, upstream))
 

@@ -208,7 +208,8 @@ def diamond() -> list:
             {"op": "exp", "args": [2]}, {"op": "mul", "args": [3, 2]}, {"op": "add", "args": [4, 2]}]
 
 
-def _value(program, inputs):
+def forward(program, inputs) -> np.ndarray:
+    """The program's output at `inputs` (arrays or numbers), without a tape."""
     return np.asarray(evaluate(program, [Tensor(x) for x in inputs]).data)
 
 
@@ -264,7 +265,7 @@ def random_program(rng: np.random.Generator, inputs: list, *, nodes: int = 12, o
             node["axes"] = None if rng.random() < 0.5 else [int(a) for a in rng.permutation(values[i].ndim)]
         try:
             with np.errstate(all="raise"):
-                value = _value(program + extra + [node], [np.asarray(x) for x in inputs])
+                value = forward(program + extra + [node], [np.asarray(x) for x in inputs])
         except (ValueError, FloatingPointError, ZeroDivisionError):
             continue  # shapes that do not match, a log of a negative...
         a = [values[k] if k < len(values) else np.asarray(extra[0]["value"]) for k in node["args"]]
