@@ -65,7 +65,8 @@ def _expected(program, inputs, requires_grad, upstream) -> dict:
     """torch.autograd's answer, as the notebook's functions return it (floats for scalar programs)."""
     result = programs.torch_gradients(program, inputs, requires_grad, upstream)
     if all(np.ndim(x) == 0 for x in inputs) and np.ndim(upstream) == 0:
-        result = {"output": float(result["output"]), "grads": [None if g is None else float(g) for g in result["grads"]]}
+        grads = [None if g is None else float(g) for g in result["grads"]]
+        result = {"output": float(result["output"]), "grads": grads}
     return result
 
 

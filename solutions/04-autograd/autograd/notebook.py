@@ -523,11 +523,12 @@ DIAMOND = [{"op": "input", "index": 0}, {"op": "input", "index": 1}, {"op": "mul
 # `value_rules`: one operation at a time on Values, numbers on either side. `value_graphs`: diamonds and values
 # used many times. `tensor_rules`: one operation at a time on tensors of equal shapes, sums and means over every
 # axis with and without `keepdims`, matmul, reshape, transpose; gradients float64 of their operand's shape.
-# `broadcasting`: elementwise operations on shapes that broadcast in every way (a scalar, a row, a column, `(1, n)`
-# against `(m, 1)`, a missing leading axis). `tensor_graphs`: small networks and random programs, judged against
-# torch and by the dot-product identity $\langle v, J u\rangle = \langle J^\top v, u\rangle$ (J u from
-# `torch.func.jvp`). `long_chain`: 10,000 operations in a row (`chain_gradients`, given, builds the chain). `constants`: leaves with `requires_grad=False` keep
-# `.grad` None. `upstream`: an upstream gradient of the wrong shape is refused.
+# `broadcasting`: elementwise operations on shapes that broadcast in every way (a scalar, a row, a column,
+# `(1, n)` against `(m, 1)`, a missing leading axis). `tensor_graphs`: a 2-layer network and random programs,
+# judged against torch and by the dot-product identity $\langle v, J u\rangle = \langle J^\top v, u\rangle$
+# (J u from `torch.func.jvp`). `long_chain`: 10,000 operations in a row (`chain_gradients`, given, builds the
+# chain). `constants`: leaves with `requires_grad=False` keep `.grad` None. `upstream`: an upstream gradient of
+# the wrong shape is refused.
 
 # %% tags=["check"]
 check("value_rules")

@@ -397,7 +397,8 @@ def jvp(f, primals, tangents) -> tuple:
 def jacobian_forward(f, x) -> np.ndarray:
     """The Jacobian (m, n) of f: R^n -> R^m at x, column by column: n forward passes (JVPs with unit tangents)."""
     x = _validate.finite_array("x", x, ndim=1)
-    columns = [jvp(f, [x], [np.eye(x.size)[j]])[1] for j in range(x.size)]
+    units = np.eye(x.size)
+    columns = [jvp(f, [x], [units[j]])[1] for j in range(x.size)]
     return np.stack(columns, axis=1)
 
 
@@ -405,5 +406,6 @@ def jacobian_reverse(f, x) -> np.ndarray:
     """The Jacobian (m, n) of f: R^n -> R^m at x, row by row: m reverse passes (VJPs with unit upstreams)."""
     x = _validate.finite_array("x", x, ndim=1)
     m = np.asarray(f(Tensor(x)).data).size
-    rows = [gradient(f, x, upstream=np.eye(m)[i])[1][0] for i in range(m)]
+    units = np.eye(m)
+    rows = [gradient(f, x, upstream=units[i])[1][0] for i in range(m)]
     return np.stack(rows, axis=0)
