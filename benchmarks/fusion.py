@@ -47,10 +47,6 @@ def eager(x, bias, scale, residual):
     return torch.sigmoid(F.gelu(x + bias) * scale + residual) * x
 
 
-def reference(x, bias, scale, residual):  # float32 math, rounded once: what the fused kernel computes
-    return eager(x.float(), bias.float(), scale.float(), residual.float()).to(x.dtype)
-
-
 def generated_runner(M, N, dtype, block, folder):
     """run(x, bias, scale, residual) -> y through the Triton kernel generated for the whole chain."""
     source = codegen.generate_triton(chain_graph(M, N, dtype), OPS, block=block)
@@ -89,19 +85,21 @@ def main(cpu_check: bool, out: Path | None):
             fused = fusion.bytes_moved(graph, [OPS])
             unfused = fusion.bytes_moved(graph, [[op] for op in OPS])
             counts.append({"dtype": dtype, "shape": list(shape), "fused_bytes": fused, "unfused_bytes": unfused})
-            rtol = 2e-2 if dtype == "bf16" else 1e-5  # bf16 eager rounds 5 intermediates to 8 bits; fp32: erf ulps
+            # against eager in the same dtype (the speed baseline): bf16 eager rounds each of 5 intermediates to 8
+            # bits (2^-9 relative each) where a fused kernel keeps them in fp32; fp32: erf's and exp's ulps
+            rtol = 4e-2 if dtype == "bf16" else 1e-5
 
             def useful(size, f=fused):
                 return f
             benchmarks = [bench.Benchmark(f"torch eager {dtype}", eager, None, make_inputs=make, bytes=useful)]
             if on_gpu:
                 compiled = torch.compile(eager)
-                benchmarks.append(bench.Benchmark(f"torch.compile {dtype}", compiled, reference, make_inputs=make,
+                benchmarks.append(bench.Benchmark(f"torch.compile {dtype}", compiled, eager, make_inputs=make,
                                                   bytes=useful, rtol=rtol, atol=rtol))
             for block in ((1024, 4096) if on_gpu else (256,)):
                 benchmarks.append(bench.Benchmark(
                     f"generated triton BLOCK={block} {dtype}", generated_runner(*shape, dtype, block, folder),
-                    reference, make_inputs=make, bytes=useful, rtol=rtol, atol=rtol))
+                    eager, make_inputs=make, bytes=useful, rtol=rtol, atol=rtol))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", bench.NotAGPUWarning)
                 rows += bench.measure(benchmarks, [shape])

@@ -158,7 +158,10 @@ def _sync(dev):
 # Tolerances of compiled against eager: Inductor fuses and reorders, and the gradients of the weights sum over every
 # token. fp32: a few ulps per add over sums of thousands of terms; bf16 (8 bits of mantissa): half a percent per
 # rounding, and the fused kernel keeps fp32 intermediates where eager rounds each op to bf16, so a few percent.
-TOLERANCES = {torch.float32: (1e-3, 1e-4), torch.bfloat16: (5e-2, 5e-2)}
+# atol is a fraction of each output's largest entry (normwise): a weight's gradient sums 8192 tokens' products, and
+# summed in another order its small entries differ by roundings of its large partial sums, not of themselves (bf16
+# backward, measured on an H100: elementwise differences of 1 to 2 where the largest entries are in the hundreds).
+TOLERANCES = {torch.float32: (1e-3, 1e-5), torch.bfloat16: (5e-2, 2e-2)}
 
 
 def run(dev: str, dtypes, modes, budget: float) -> dict:
@@ -190,7 +193,7 @@ def run(dev: str, dtypes, modes, budget: float) -> dict:
                 rtol, atol = TOLERANCES[dtype]
                 benchmark = Benchmark(label, config["run"], config["eager"], make_inputs=make_inputs(dev, dtype),
                                       flops=lambda s, f=flop_factor: f * gemm_flops(*s), compute=_short(dtype),
-                                      rtol=rtol, atol=atol)
+                                      rtol=rtol, atol=atol, atol_of_largest=True)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", bench.NotAGPUWarning)  # the CPU table says so in its first line
                     row = bench.measure([benchmark], [size], copy_bandwidth=copy_bandwidth)[0]

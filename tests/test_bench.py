@@ -98,6 +98,20 @@ def test_outputs_compare_with_nan_and_inf_in_place_and_tolerances_by_dtype():
         (True, 0.0), (True, pytest.approx(0.0078125)), (False, pytest.approx(0.046875)), (False, math.inf)]
 
 
+def test_atol_of_largest_scales_the_absolute_tolerance_by_each_baseline_tensor_s_largest_entry():
+    """A small entry off by a rounding of the large ones passes normwise and fails elementwise."""
+    values = torch.tensor([1000.0, 0.001])
+    off = lambda x: x + torch.tensor([0.0, 0.5])  # 0.5 is 5e-4 of the largest entry  # noqa: E731
+    elementwise = Benchmark("elementwise", off, lambda x: x, make_inputs=lambda n: values, rtol=0, atol=1e-3)
+    normwise = Benchmark("normwise", off, lambda x: x, make_inputs=lambda n: values, rtol=0, atol=1e-3,
+                         atol_of_largest=True)
+    tight = Benchmark("tight", off, lambda x: x, make_inputs=lambda n: values, rtol=0, atol=1e-4,
+                      atol_of_largest=True)
+    with pytest.warns(bench.NotAGPUWarning):
+        rows = bench.measure([elementwise, normwise, tight], [2], device="cpu")
+    assert [r.correct for r in rows] == [False, True, False]
+
+
 # --- the table and the plot, from rows as measure() makes them ----------------------------------------
 
 

@@ -69,6 +69,9 @@ class Benchmark:
     compute: the dtype whose peak FLOP/s the FLOPs are compared with ("fp32" for CUDA-core math,
         "bf16" for a Tensor Core GEMM).
     rtol, atol: tolerances of the comparison with the baseline (default: by the output's dtype).
+    atol_of_largest: atol is a fraction of each baseline tensor's largest magnitude (normwise): for sums over many
+        terms (a weight's gradient over every token), whose rounding error scales with the sum's largest entries,
+        not with each small entry.
     """
 
     name: str
@@ -81,6 +84,7 @@ class Benchmark:
     compute: str = "fp32"
     rtol: float | None = None
     atol: float | None = None
+    atol_of_largest: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
@@ -381,6 +385,8 @@ def _compare(bench, out, ref) -> tuple[bool, float]:
         rtol = default_rtol if bench.rtol is None else bench.rtol
         atol = default_atol if bench.atol is None else bench.atol
         o, r = o.detach().to(r.device).float(), r.detach().float()
+        if bench.atol_of_largest and r.numel():
+            atol *= float(r.abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).max())
         ok = ok and bool(torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True).all())
         if o.numel():
             same = (o == r) | (o.isnan() & r.isnan())  # equal infinities and both-NaN count as no error
