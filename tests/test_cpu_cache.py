@@ -117,3 +117,11 @@ def test_quicksort_is_the_cache_friendliest():
     traffic = {s: (lambda r: r["bytes_read"] + r["bytes_written"])(cc.simulate(*cc.sort_trace(values, s)[:2],
                                                                                 **cache)) for s in cc.SORTS}
     assert traffic["quicksort"] < traffic["merge sort"] and traffic["quicksort"] < traffic["heapsort"]
+
+
+def test_split_address():
+    # 32 KiB, 8-way, 64-byte lines: 64 sets; offset bits 0-5, set bits 6-11, the tag from bit 12
+    assert cc.split_address(4096 + 64 * 5 + 7, size=32768, line=64, ways=8) == [1, 5, 7]
+    assert cc.split_address(1000, size=256, line=16, ways=16) == [62, 0, 8]  # one set: the tag is the block
+    with pytest.raises(ValueError, match="address"):
+        cc.split_address(-1, size=256, line=16, ways=1)

@@ -43,6 +43,16 @@ def geometry(size, line, ways) -> tuple[int, int, int]:
     return size, line, ways
 
 
+def split_address(address, *, size, line, ways) -> list[int]:
+    """[tag, set index, offset] of a byte address: the block address // line split into its low log2(sets) bits
+    (the set) and the bits above (the tag)."""
+    address = _validate.nonnegative_int("address", address)
+    size, line, ways = geometry(size, line, ways)
+    sets = size // (line * ways)
+    block = address // line
+    return [block // sets, block % sets, address % line]
+
+
 def _stream(addresses, writes) -> tuple[np.ndarray, np.ndarray]:
     addresses = np.asarray(addresses)
     if addresses.ndim != 1 or (addresses.size and addresses.dtype.kind not in "iu"):
