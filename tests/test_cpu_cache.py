@@ -125,3 +125,24 @@ def test_split_address():
     assert cc.split_address(1000, size=256, line=16, ways=16) == [62, 0, 8]  # one set: the tag is the block
     with pytest.raises(ValueError, match="address"):
         cc.split_address(-1, size=256, line=16, ways=1)
+
+
+def test_mesi():
+    rows = cc.mesi([(0, "read"), (1, "read"), (1, "write"), (0, "read"), (0, "write"), (0, "write"), (1, "evict")])
+    assert [r["states"] for r in rows] == ["EI", "SS", "IM", "SS", "MI", "MI", "MI"]
+    assert [r["bus"] for r in rows] == ["BusRd", "BusRd", "BusUpgr", "BusRd", "BusUpgr", "", ""]
+    assert rows[3]["source"] == "core 1"  # the Modified copy supplies the line
+    assert cc.mesi([(0, "write"), (0, "evict")])[1]["bus"] == "writeback"
+    with pytest.raises(ValueError, match="core"):
+        cc.mesi([(2, "read")])
+
+
+def test_host_caches(tmp_path):
+    index = tmp_path / "index0"
+    index.mkdir()
+    for name, text in {"level": "1", "type": "Data", "size": "48K", "ways_of_associativity": "12",
+                       "coherency_line_size": "64", "shared_cpu_list": "0"}.items():
+        (index / name).write_text(text + "\n")
+    assert cc.host_caches(tmp_path) == [{"level": 1, "type": "Data", "size": 48 * 1024, "ways": 12, "line": 64,
+                                         "shared_cpus": "0"}]
+    assert cc.host_caches(tmp_path / "absent") == []

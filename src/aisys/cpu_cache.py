@@ -297,3 +297,64 @@ def sort_trace(values, algorithm, itemsize=8) -> tuple[np.ndarray, np.ndarray, n
         _heapsort(traced, n)
     log = np.array(traced.log, dtype=np.int64).reshape(-1, 2)
     return log[:, 0] * itemsize, log[:, 1].astype(bool), np.array(traced.values[:n], dtype=values.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Coherence: the MESI protocol for one line shared by several cores' private caches on a snooping bus (Papamarcos
+# and Patel, ISCA 1984; Hennessy & Patterson, 6th ed., section 5.2).
+
+def mesi(accesses, cores=2) -> list[dict]:
+    """Replay `accesses`, pairs (core, "read" | "write" | "evict"), on one line; per access a dict: the core, the
+    operation, the bus transaction it causes ("BusRd", "BusRdX" for a read for ownership, "BusUpgr" for a write to
+    a Shared copy, "writeback", or "" for none), who supplies the data ("memory", "core k" for a Modified or
+    Exclusive copy forwarding it, or "" when nothing is read), and the states after it, one letter per core."""
+    cores = _validate.positive_int("cores", cores)
+    states = ["I"] * cores
+    rows = []
+    for core, op in accesses:
+        if not (isinstance(core, int) and 0 <= core < cores):
+            raise ValueError(f"accesses name core {core!r}; cores are 0..{cores - 1}")
+        op = _validate.one_of("operation", op, ("read", "write", "evict"))
+        others = [k for k in range(cores) if k != core and states[k] != "I"]
+        owner = next((k for k in others if states[k] in "ME"), None)
+        bus, source = "", ""
+        if op == "read":
+            if states[core] == "I":
+                bus, source = "BusRd", "memory" if owner is None else f"core {owner}"
+                for k in others:
+                    states[k] = "S"  # a Modified owner writes back (or forwards) and keeps a Shared copy
+                states[core] = "S" if others else "E"
+        elif op == "write":
+            if states[core] == "I":
+                bus, source = "BusRdX", "memory" if owner is None else f"core {owner}"
+            elif states[core] == "S":
+                bus = "BusUpgr"
+            for k in others:
+                states[k] = "I"
+            states[core] = "M"
+        else:
+            bus = "writeback" if states[core] == "M" else ""
+            states[core] = "I"
+        rows.append({"core": core, "operation": op, "bus": bus, "source": source, "states": "".join(states)})
+    return rows
+
+
+def host_caches(root="/sys/devices/system/cpu/cpu0/cache") -> list[dict]:
+    """The caches of the machine running this, read from Linux's sysfs: level, type, size in bytes, ways, line
+    size and the CPUs sharing it, one dict per cache; [] where sysfs does not describe them (not Linux)."""
+    from pathlib import Path
+
+    found = []
+    for index in sorted(Path(root).glob("index*")):
+        def read(name):
+            path = index / name
+            return path.read_text().strip() if path.exists() else ""
+        size = read("size")
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        try:
+            found.append({"level": int(read("level")), "type": read("type"),
+                          "size": int(size.rstrip("KMG")) * scale, "ways": int(read("ways_of_associativity") or 0),
+                          "line": int(read("coherency_line_size") or 0), "shared_cpus": read("shared_cpu_list")})
+        except ValueError:
+            continue
+    return found
