@@ -1,5 +1,5 @@
 """CPUs: the memory hierarchy and cache lines, cache coherence (MESI), false sharing, and which comparison sort suits
-a cache. Chapter 1's CPU page is not written yet; these cards point to its index, which lists it."""
+a cache (chapter 1's caches page)."""
 
 import math
 
@@ -9,14 +9,14 @@ from aisys.hardware import CHIPS, CPU_CACHE_LINE_BYTES, peak_formula
 
 from ..card import Ask, Choice, Number, Several, card
 
-CHAPTER = "01-architecture/index"
+CACHES = "01-architecture/caches"
 ROOFLINE = "01-architecture/roofline"
 EPYC = CHIPS["AMD EPYC 9654 (Genoa, 96 cores)"]
 XEON = CHIPS["Intel Xeon Platinum 8480+ (Sapphire Rapids, 56 cores)"]
 DOUBLE = int(bytes_per_element("fp64"))
 
 
-@card(topic="architecture", difficulty="medium", frequency="high", page=CHAPTER)
+@card(topic="architecture", difficulty="medium", frequency="high", page=CACHES)
 def mesi_read_of_an_exclusive_line():
     options = ("A: Modified, B: Shared", "A: Shared, B: Shared", "A: Invalid, B: Exclusive", "A: Exclusive, B: Shared")
     return Ask(
@@ -29,7 +29,7 @@ def mesi_read_of_an_exclusive_line():
         "back (or forward it), then both would be Shared.")
 
 
-@card(topic="architecture", difficulty="easy", frequency="medium", page=CHAPTER)
+@card(topic="architecture", difficulty="easy", frequency="medium", page=CACHES)
 def mesi_write_to_a_shared_line():
     options = ("A: Modified, B: Invalid", "A: Modified, B: Shared", "A: Exclusive, B: Shared",
                "A: Shared, B: Shared, with memory updated at once")
@@ -42,7 +42,7 @@ def mesi_write_to_a_shared_line():
         "and fetches the line from A. Writes from several cores to one line therefore bounce it between caches.")
 
 
-@card(topic="architecture", difficulty="easy", frequency="medium", page=CHAPTER)
+@card(topic="architecture", difficulty="easy", frequency="medium", page=CACHES)
 def mesi_clean_states():
     options = ("Modified", "Exclusive", "Shared", "Invalid")
     return Ask(
@@ -53,7 +53,7 @@ def mesi_clean_states():
         "maybe in other caches too; a write must invalidate them first. Invalid: no data.")
 
 
-@card(topic="architecture", difficulty="medium", frequency="high", page=CHAPTER)
+@card(topic="architecture", difficulty="medium", frequency="high", page=CACHES)
 def false_sharing_counters():
     per_line = CPU_CACHE_LINE_BYTES // DOUBLE
     return Ask(
@@ -68,7 +68,7 @@ def false_sharing_counters():
         "independent.")
 
 
-@card(topic="architecture", difficulty="medium", frequency="medium", page=CHAPTER)
+@card(topic="architecture", difficulty="medium", frequency="medium", page=CACHES)
 def coherence_at_scale():
     options = ("snooping: every miss is broadcast to every cache",
                "a directory that records which caches hold each line, so requests go only to them",
@@ -83,7 +83,7 @@ def coherence_at_scale():
         "invalidations only to them. Write-through alone does not invalidate other copies.")
 
 
-@card(topic="architecture", difficulty="easy", frequency="high", page=CHAPTER)
+@card(topic="architecture", difficulty="easy", frequency="high", page=CACHES)
 def cpu_memory_hierarchy_order():
     options = ("registers, L1, L2, L3, DRAM", "L1, registers, L2, DRAM, L3", "registers, L2, L1, L3, DRAM",
                "DRAM, L3, L2, L1, registers")
@@ -110,7 +110,7 @@ def xeon_fp32_peak():
         f"({XEON.derivation['memory_bandwidth']}), a ridge of {XEON.ridge_point('fp32'):.0f} FLOP/byte.")
 
 
-@card(topic="sorting", difficulty="medium", frequency="high", page=CHAPTER)
+@card(topic="sorting", difficulty="medium", frequency="high", page=CACHES)
 def fastest_sort_with_caches():
     options = ("quicksort", "heapsort", "merge sort", "all three equally: they are all O(n log n)")
     return Ask(
@@ -124,7 +124,7 @@ def fastest_sort_with_caches():
         "level. (Introsort, the C++ std::sort, is quicksort with a heapsort fallback.)")
 
 
-@card(topic="sorting", difficulty="hard", frequency="low", page=CHAPTER)
+@card(topic="sorting", difficulty="hard", frequency="low", page=CACHES)
 def heapsort_cache_misses():
     n = 2**24
     size = int(bytes_per_element("fp64"))
