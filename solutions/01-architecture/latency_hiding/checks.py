@@ -215,13 +215,24 @@ def resident_warps(student, rng, hidden):
                   hint=_resident_hint)
 
 
-def _at_registers_hint(case, got, expected) -> str:
-    full = _ref_reached(case["latency_ns"], case["bandwidth"], case["sms"], H100.max_warps_per_sm,
-                        case["bytes_per_warp_load"], case["ilp"])
-    if isinstance(got, (int, float)) and math.isclose(got, full, rel_tol=1e-9) and expected < full:
-        return ("that is the bandwidth of a full SM (64 warps): the registers allow fewer warps; use "
-                "resident_warps(threads_per_block, registers_per_thread)")
-    return "bandwidth_reached(latency_ns, bandwidth, sms, resident_warps(...), bytes_per_warp_load, ilp)"
+def _at_registers_hint(student):
+    """hint(case, got, expected): the student's resident_warps when it is wrong for the case (the bandwidth rests on
+    it), else whether the result is a full SM's."""
+    def hint(case, got, expected) -> str:
+        arguments = {k: case[k] for k in ("threads_per_block", "registers_per_thread")}
+        try:
+            theirs = student.call("resident_warps", returns="integer", **arguments)
+        except CheckFailure:
+            theirs = None
+        if theirs != _ref_resident(**arguments):
+            return "your resident_warps is wrong for this block, and the bandwidth rests on it: fix it first"
+        full = _ref_reached(case["latency_ns"], case["bandwidth"], case["sms"], H100.max_warps_per_sm,
+                            case["bytes_per_warp_load"], case["ilp"])
+        if isinstance(got, (int, float)) and math.isclose(got, full, rel_tol=1e-9) and expected < full:
+            return ("that is the bandwidth of a full SM (64 warps): the registers allow fewer warps; use "
+                    "resident_warps(threads_per_block, registers_per_thread)")
+        return "bandwidth_reached(latency_ns, bandwidth, sms, resident_warps(...), bytes_per_warp_load, ilp)"
+    return hint
 
 
 @check(points=1)
@@ -240,7 +251,7 @@ def bandwidth_at_registers(student, rng, hidden):
                                      "registers_per_thread": int(rng.integers(1, 256)), "ilp": int(rng.integers(1, 9))}
                   for _ in range(12)]
     compare_cases(student, "bandwidth_at_registers", cases, _ref_at_registers, returns="number", hidden=hidden,
-                  tolerance=RTOL, hint=_at_registers_hint)
+                  tolerance=RTOL, hint=_at_registers_hint(student))
 
 
 @check(points=1)
