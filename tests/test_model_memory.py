@@ -10,22 +10,8 @@ from aisys.inference import kv_cache
 from aisys.inference.model import LLAMA_2_7B, LLAMA_2_70B, LLAMA_3_8B
 from aisys.parallel import planner, toy_transformer
 
-# Configs as published. Llama 2 and 3: config.json on the Hugging Face Hub (the shapes aisys.inference.model uses).
-LLAMA_2_7B_CFG = mm.config(layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000)
-LLAMA_2_70B_CFG = mm.config(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000)
-# GPT-3 175B: Brown et al. (2020), Table 2.1 (n_layers 96, d_model 12288, n_heads 96, d_head 128, context 2048);
-# d_ff = 4 d_model, LayerNorm, biases, learned positions and the GPT-2 vocabulary (section 2.1: "the same model
-# and architecture as GPT-2"); a tied head as in GPT-2 (not stated in the paper: an assumption).
-GPT3_CFG = mm.config(layers=96, hidden=12288, heads=96, ffn=49152, vocab=50257, tied=True, gated=False, bias=True,
-                     norm="layernorm", positions=2048)
-# Mixtral 8x7B (Jiang et al., 2024, Table 1) and DeepSeek-V2 (DeepSeek-AI, 2024, section 3.1.2 and its config.json):
-# typed from memory of their config.json, not checked here; their totals agree with the published ones below.
-MIXTRAL_CFG = mm.config(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, experts=8, top_k=2,
-                        expert_ffn=14336)
-DEEPSEEK_V2_CFG = mm.config(layers=60, hidden=5120, heads=128, head_dim=128, ffn=12288, vocab=102400, experts=160,
-                            top_k=6, shared_experts=2, expert_ffn=1536, dense_layers=1, kv_rank=512, q_rank=1536,
-                            rope_dim=64)
-MISTRAL_7B_CFG = mm.config(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, window=4096)
+LLAMA_2_7B_CFG, LLAMA_2_70B_CFG, GPT3_CFG = mm.LLAMA_2_7B, mm.LLAMA_2_70B, mm.GPT3_175B
+MIXTRAL_CFG, DEEPSEEK_V2_CFG, MISTRAL_7B_CFG = mm.MIXTRAL_8X7B, mm.DEEPSEEK_V2, mm.MISTRAL_7B
 
 SMALL = [
     mm.config(layers=3, hidden=64, heads=8, kv_heads=2, ffn=176, vocab=101),  # GQA, SwiGLU

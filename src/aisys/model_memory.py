@@ -294,3 +294,25 @@ def inference_memory(model: dict, batch: int, tokens: int, weight_bytes: float =
     weights = parameter_count(model)["total"] * positive_number("weight_bytes", weight_bytes)
     kv = kv_cache_bytes(model, batch, tokens, kv_bytes)
     return {"weights": weights, "kv_cache": kv, "total": weights + kv}
+
+
+# ----------------------------------------------------------------------------------------- published configurations
+
+# Brown et al., "Language Models are Few-Shot Learners" (2020), Table 2.1: 96 layers, d_model 12288, 96 heads of 128,
+# context 2048; GPT-2's layout (section 2.1): LayerNorm, biases, learned positions, the 50257-token vocabulary,
+# d_ff = 4 d_model. A tied head, as GPT-2's: the paper does not say (an assumption).
+GPT3_175B = config(layers=96, hidden=12288, heads=96, ffn=4 * 12288, vocab=50257, tied=True, gated=False, bias=True,
+                   norm="layernorm", positions=2048)
+# config.json on the Hugging Face Hub (the shapes of aisys.inference.model).
+LLAMA_2_7B = config(layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000)
+LLAMA_2_70B = config(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000)
+LLAMA_3_8B = config(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256)
+# Jiang et al., "Mistral 7B" (2023), Table 1 (window 4096); Mixtral 8x7B and DeepSeek-V2 typed from memory of their
+# config.json, not checked here: their totals agree with the published 46.7B / 12.9B and 236B / 21B (tests).
+MISTRAL_7B = config(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, window=4096)
+MIXTRAL_8X7B = config(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, experts=8, top_k=2,
+                      expert_ffn=14336)
+DEEPSEEK_V2 = config(layers=60, hidden=5120, heads=128, head_dim=128, ffn=12288, vocab=102400, experts=160, top_k=6,
+                     shared_experts=2, expert_ffn=1536, dense_layers=1, kv_rank=512, q_rank=1536, rope_dim=64)
+MODELS = {"GPT-3 175B": GPT3_175B, "Llama-2-7B": LLAMA_2_7B, "Llama-2-70B": LLAMA_2_70B, "Llama-3-8B": LLAMA_3_8B,
+          "Mistral 7B": MISTRAL_7B, "Mixtral 8x7B": MIXTRAL_8X7B, "DeepSeek-V2": DEEPSEEK_V2}
