@@ -41,18 +41,14 @@ A group of ranks lies inside one node when its stride times its size divides the
 collective runs at the inter-node link's speed.
 """
 
-from .. import hardware, interconnect
+from .. import hardware, interconnect, model_memory
 from .._validate import nonnegative_int, one_of, positive_int, positive_number
 from ..collectives import cost
-from ..mixed_precision import ADAM_MIXED_PRECISION_STATES, training_bytes_per_parameter
-from ..dtypes import bytes_per_element
+# bytes per element and per parameter: 2 for activations (1 for dropout masks); 2 + 2 + 12 of model states
+from ..model_memory import ACTIVATION_BYTES, GRADIENT_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES
 
 MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "tied", "gated")
 RECOMPUTE = ("none", "selective", "full")
-ACTIVATION_BYTES = 2  # fp16/bf16 activations; dropout masks are 1 byte (bool)
-WEIGHT_BYTES = int(bytes_per_element(ADAM_MIXED_PRECISION_STATES[0][1]))  # 2: fp16 weights
-GRADIENT_BYTES = int(bytes_per_element(ADAM_MIXED_PRECISION_STATES[1][1]))  # 2: fp16 gradients
-OPTIMIZER_BYTES = int(training_bytes_per_parameter()) - WEIGHT_BYTES - GRADIENT_BYTES  # 12: master, momentum, variance
 
 
 # ----------------------------------------------------------------------------------------- arguments
@@ -109,20 +105,13 @@ def _batch(micro_batch: int, seq: int, micro_batches: int) -> tuple[int, int, in
 
 def _layer_parameters(model: dict) -> tuple[int, int]:
     """(parameters of one layer's matrices, of its two norms): the matrices are what tensor parallelism splits."""
-    h, a, nkv, f = model["hidden"], model["heads"], model["kv_heads"], model["ffn"]
-    head = h // a
-    attention = h * a * head + 2 * h * nkv * head + a * head * h  # Q, K and V (nkv heads each), output
-    mlp = (3 if model["gated"] else 2) * h * f  # gate and up (or one up), down
-    return attention + mlp, 2 * h
+    layer = model_memory.layer_parameters(model_memory.from_planner(model), moe=False)
+    return layer["attention"] + layer["mlp"], layer["norms"]
 
 
 def parameter_count(model: dict) -> int:
     """Parameters of the whole model: embedding, L layers, final norm, and the output head unless tied."""
-    model = _model(model)
-    matrices, norms = _layer_parameters(model)
-    embedding = model["vocab"] * model["hidden"]
-    head = 0 if model["tied"] else embedding
-    return embedding + model["layers"] * (matrices + norms) + model["hidden"] + head
+    return model_memory.parameter_count(model_memory.from_planner(_model(model)))["total"]
 
 
 def parameters_per_gpu(model: dict, layout: dict, gpus: int) -> int:
@@ -178,14 +167,13 @@ def activation_bytes_per_layer(model: dict, layout: dict, gpus: int, micro_batch
     layout = _layout(layout, model, gpus)
     b, s = positive_int("micro_batch", micro_batch), positive_int("seq", seq)
     t, sp = layout["tp"], layout["sequence_parallel"]
-    h, a, f = model["hidden"], model["heads"], model["ffn"]
-    h_kv = model["kv_heads"] * (h // a)
     if layout["recompute"] == "full":
-        return 2 * s * b * h // (t if sp else 1)
-    replicated = 10 * s * b * h
-    split = s * b * (4 * h + 4 * h_kv + (8 if model["gated"] else 4) * f)
+        return 2 * s * b * model["hidden"] // (t if sp else 1)
+    terms = model_memory.activation_terms(model_memory.from_planner(model))  # bytes per token, by group
+    replicated = s * b * terms["replicated"]
+    split = s * b * terms["split"]
     if layout["recompute"] == "none":
-        split += 5 * a * s * s * b
+        split += s * s * b * terms["scores"]
     return (replicated // t if sp else replicated) + split // t
 
 
