@@ -137,7 +137,8 @@ def _values(values) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype.kind not in "fiub":
         raise ValueError(f"values must be an array of real numbers (float64 or float32), got {array.dtype}")
-    return array.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a float32 NaN converts to a float64 NaN, which is all encode needs
+        return array.astype(np.float64)
 
 
 def encode(values, fmt, rounding: str = "nearest_even", saturate: bool = False) -> np.ndarray:
