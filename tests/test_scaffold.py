@@ -18,7 +18,9 @@ EXERCISE = "98-scaffold/scale"
 def scaffolded(tmp_path, monkeypatch):
     """The new exercise in a folder of exercises of its own, its notebooks generated, and a copy of the book's TOC."""
     root, toc = tmp_path / "exercises", tmp_path / "_toc.yml"
-    toc.write_text((ROOT / "book" / "_toc.yml").read_text().replace("04-autograd/index", "98-scaffold/index"))
+    chapter = "      - file: 05-parallel-training/index\n"  # a chapter without sections goes before it
+    book = (ROOT / "book" / "_toc.yml").read_text()
+    toc.write_text(book.replace(chapter, "      - file: 98-scaffold/index\n" + chapter))
     written = new(EXERCISE, "scaling a vector", root=root, toc=toc)
     monkeypatch.setattr(aisys_exercises, "__path__", [*aisys_exercises.__path__, str(root)])
     generate(out=tmp_path / "out", root=root)
