@@ -1,7 +1,11 @@
 """The Triton FlashAttention backward: dQ, dK, dV equal torch autograd of plain attention (float64) in the
 interpreter, with GQA, bottom-right causal and ragged lengths; bfloat16 at real sizes on a GPU."""
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,3 +105,16 @@ class TestOnGPU:
             ours_err = (a.float() - t).abs().max().item()
             sdpa_err = (b.float() - t).abs().max().item()
             assert ours_err <= 2 * sdpa_err + 1e-3, f"d{name}: error {ours_err:.3g}, SDPA's bf16 {sdpa_err:.3g}"
+
+
+def test_benchmark_script_checks_its_kernel_on_a_cpu(tmp_path):
+    """benchmarks/flash_attention_backward.py runs each size once in the interpreter and writes its rows."""
+    root = Path(__file__).resolve().parents[1]
+    rows = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "flash_attention_backward.py"), "--json",
+                           str(rows)], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "AISYS_DEVICE": "cpu", "PYTHONPATH": str(root / "src")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no GPU" in done.stdout
+    saved = json.loads(rows.read_text())
+    assert len(saved["rows"]) == 4 and all(row["correct"] for row in saved["rows"])

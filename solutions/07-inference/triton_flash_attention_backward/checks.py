@@ -65,14 +65,22 @@ def _hint(case, got, expected):
                 "-inf before it); keys past T_K and rows past T_Q load as 0.")
     dq, dk, dv = got
     scale = 1 / math.sqrt(case["q"].shape[-1])
-    right_dv = np.allclose(dv, expected[2], rtol=1e-3, atol=1e-3)
-    if right_dv and np.allclose(dk, expected[1] / scale, rtol=1e-3, atol=1e-3):
+
+    def near(a, b):
+        return np.allclose(a, b, rtol=1e-3, atol=1e-3)
+
+    right = [near(g, e) for g, e in zip(got, expected)]
+    if right[0] and right[2] and near(dk, expected[1] / scale):
         return "dK is right but for the factor scale: dK = scale * dS^T Q (S = scale * Q K^T)."
-    if np.allclose(dq, expected[0] / scale, rtol=1e-3, atol=1e-3):
+    if right[1] and right[2] and near(dq, expected[0] / scale):
         return "dQ is right but for the factor scale: dQ = scale * dS K (S = scale * Q K^T)."
-    if right_dv and np.allclose(dq, expected[0], rtol=1e-3, atol=1e-3):
+    right_dv = right[2]
+    if right_dv and right[0]:
         return ("dQ and dV are right, dK is not: dK of a kv head sums dS^T q over every query head of its group "
                 "(heads kv_head * GROUP ... + GROUP - 1), and is multiplied by scale.")
+    if right[0]:
+        return ("dQ is right, dK and dV are not: those of a kv head sum over every query head of its group (heads "
+                "kv_head * GROUP ... kv_head * GROUP + GROUP - 1), each with its own lse and delta.")
     if right_dv:
         return ("dV is right, so P is: dS = P * (dP - delta) with dP = dO V^T and delta = rowsum(dO * O), the "
                 "product of dO and O row by row (not rowsum(dO)).")
