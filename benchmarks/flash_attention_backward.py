@@ -47,7 +47,7 @@ def sizes(dev: str, head_size: int) -> list[tuple[int, int, int, int]]:
 
 
 def _sdpa_graph(q, k, v, causal):
-    """SDPA's output and its (q, k, v) leaves, the graph kept for autograd.grad (its FlashAttention backend on a GPU)."""
+    """SDPA's output and its (q, k, v) leaves, the graph kept for autograd.grad (FlashAttention backend on a GPU)."""
     leaves = tuple(x.detach().clone().requires_grad_() for x in (q, k, v))
     if q.is_cuda:
         from torch.nn.attention import SDPBackend, sdpa_kernel
