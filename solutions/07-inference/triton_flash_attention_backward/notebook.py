@@ -282,7 +282,7 @@ check("backward_gqa", hidden=True)
 # %% [markdown]
 # ## P is recomputed, never stored
 #
-# The grader runs `flash_attention_backward` again in Triton's interpreter, on a 64-token prefill
+# The grader runs `flash_attention_backward` again in Triton's interpreter, on a 48-token prefill
 # with head size 16, and reads what the launches did: the kernels store only delta, dQ, dK and dV
 # (nothing of size T x T), read the stored lse, and multiply no more than the 7 `tl.dot`s per pair
 # of (query, key) tiles this design needs (the 5 of algorithm 2, plus q k^T and dO v^T again in the
