@@ -257,6 +257,6 @@ class TestOnGPU:
         for shape in (script.Shape(64, 4096), script.Shape(64, 4096, ragged=True), script.Shape(1, 16384)):
             args = script.make_inputs(shape, "cuda")
             expected = script.sdpa_contiguous(*args).float()
-            for partition in (PARTITION_SIZE, None):
+            for partition in (PARTITION_SIZE, None, "grid", 64):
                 out = script.paged(partition)(*args).float()
                 torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-3, msg=f"{shape}, partition {partition}")
