@@ -281,7 +281,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     is_causal). scale defaults to 1/sqrt(hs). Returns O (B, nh, Tq, hs) in q's dtype, and with
     return_lse also the float32 log-sum-exp (B, nh, Tq) of each row of scaled scores.
     tuned: run flash_attention_tma_kernel (tensor descriptors, Hopper's autotuning space) instead of the
-    readable flash_attention_kernel.
+    readable flash_attention_kernel (which still runs a view whose start is not 16-byte aligned, as TMA needs).
     """
     q, k, v = float_tensor("q", q, 4), float_tensor("k", k, 4), float_tensor("v", v, 4)
     batch, n_heads, t_q, head_size = check_shapes(q, k, v)
@@ -296,7 +296,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         raise ValueError(f"tuned must be True or False, got {tuned!r}")
     out = torch.empty_like(q)
     lse = torch.empty((batch, n_heads, t_q), dtype=torch.float32, device=q.device)
-    if tuned:
+    if tuned and all(x.data_ptr() % 16 == 0 for x in (q, k, v, out)):  # TMA needs 16-byte aligned bases
         _flash_attention_tuned(q, k, v, out, lse, scale, causal)
         return (out, lse) if return_lse else out
 
