@@ -12,6 +12,9 @@ at the start and the datasheet's HBM peak:
   sequence and kv head would leave SMs idle: `auto_partition_size`);
 - "paged decode, split 512" and "paged decode, no split": both choices forced, at batches 1 and 64, to
   show what the split buys and what it costs;
+- "paged decode, grid": the partition chosen from the grid and the longest context (`grid_partition_size`:
+  two programs per SM, partitions of 64 to 512 tokens), at every shape, and "paged decode, split 64 / 128 /
+  256" forced at batch 1, to compare with "paged decode" (today's rule) in the same run;
 - baseline, in the same run on the same values: torch's scaled_dot_product_attention on a contiguous
   (B, nkv, context, hs) cache with enable_gqa=True, so it reads the same bytes as the kernel (K and V
   once per kv head, not expanded to nh heads) — the best a contiguous layout gets, with no block table.
@@ -121,7 +124,32 @@ def benchmarks(dev: str) -> list[Benchmark]:
     common = dict(make_inputs=lambda shape: make_inputs(shape, dev), bytes=decode_bytes, compute="bf16", atol=atol)
     return [Benchmark("paged decode", paged("auto"), sdpa_contiguous, **common),
             Benchmark("paged decode, split 512", paged(512), sdpa_contiguous, **common),
-            Benchmark("paged decode, no split", paged(None), sdpa_contiguous, **common)]
+            Benchmark("paged decode, no split", paged(None), sdpa_contiguous, **common),
+            Benchmark("paged decode, grid", paged("grid"), sdpa_contiguous, **common),
+            *(Benchmark(f"paged decode, split {n}", paged(n), sdpa_contiguous, **common) for n in (64, 128, 256))]
+
+
+def wanted_sizes(name: str, sizes: list[Shape]) -> list[Shape]:
+    """Every shape for the kernel's two rules; batches 1 and 64 for the forced 512 / no split; batch 1 for the
+    finer forced splits (the shapes the grid rule changes)."""
+    if name in ("paged decode", "paged decode, grid"):
+        return sizes
+    if name in ("paged decode, split 512", "paged decode, no split"):
+        return [s for s in sizes if s.batch in (1, 64)]
+    return [s for s in sizes if s.batch == 1]
+
+
+def compare_rules(rows) -> list[str]:
+    """Per shape: today's rule ("auto") against the grid rule and SDPA, both measured in this run."""
+    by = {(r.name, r.size): r for r in rows}
+    lines = []
+    for (name, size), row in by.items():
+        grid = by.get(("paged decode, grid", size))
+        if name != "paged decode" or grid is None or row.seconds is None or grid.seconds is None:
+            continue
+        sdpa = f"  vs SDPA: auto {row.speedup:.2f}x, grid {grid.speedup:.2f}x" if row.speedup and grid.speedup else ""
+        lines.append(f"{size:24} grid {row.seconds / grid.seconds:.2f}x the speed of auto{sdpa}")
+    return lines
 
 
 def check_target(rows) -> str:
@@ -146,11 +174,12 @@ def main(argv=None) -> None:
     copy = bench.measure_copy_bandwidth() if dev == "cuda" else None
     rows = []
     for benchmark in benchmarks(dev):
-        sizes = shapes(dev == "cuda")
-        if benchmark.name != "paged decode":
-            sizes = [s for s in sizes if s.batch in (1, 64)]  # the comparison needs few rows
+        sizes = wanted_sizes(benchmark.name, shapes(dev == "cuda"))
         rows += bench.measure([benchmark], sizes, copy_bandwidth=copy)
     print(bench.table(rows))
+    if dev == "cuda":
+        print("\n== the grid rule against today's (goal: B=1 ctx=4096 >= 0.95x SDPA)")
+        print("\n".join(compare_rules(rows)))
     print(check_target(rows))
     if args.json is not None:
         args.json.write_text(json.dumps({"device": device.describe(), "target": TARGET, "headline": HEADLINE,

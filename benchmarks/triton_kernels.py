@@ -8,7 +8,10 @@ timed by the same code in the same run), against the copy bandwidth measured at 
 - reduction: the sum (and max) of a vector up to 2**28 float32 vs torch.sum / torch.amax; row sums;
 - softmax and LayerNorm (and RMSNorm) over 4096 rows of 4096, 8192 and 16384 columns (and 1024 rows of
   65536, past the single-block path), float32 and bfloat16, vs torch.softmax / F.layer_norm / F.rms_norm;
-- the fused elementwise chain (bias + GELU + residual) vs the same chain as separate torch ops.
+- the fused elementwise chain (bias + GELU + residual) vs the same chain as separate torch ops;
+- "layer_norm fp32 tuned" (and rms_norm, and bf16): the autotuned looping kernels (`tuned=True`: column block,
+  warps, eviction hints, programs per SM) at 1024 x 65536 beside the untuned rows of the same run, and a
+  side-by-side table of the two.
 
 Prints one table per group, the issue's targets met or missed (vector sum >= 0.95x torch.sum's speed,
 softmax and LayerNorm >= 1.0x torch for rows >= 4096), and saves FOLDER/triton_<group>.png for each group
@@ -63,14 +66,17 @@ def groups(dev: str) -> dict[str, list[tuple[Benchmark, list]]]:
     for tag, dtype in DTYPES.items():
         out["softmax"].append((Benchmark(f"softmax {tag}", softmax.softmax, lambda x: torch.softmax(x, dim=-1),
                                          make_inputs=rows_of(dtype, scale=4.0)), matrices))
-        out["layernorm"] += [
-            (Benchmark(f"layer_norm {tag}", lambda x, w, b: layernorm.layer_norm(x, w, b, 1e-5),
-                       lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5),
-                       make_inputs=rows_of(dtype, params=2)), matrices),
-            (Benchmark(f"rms_norm {tag}", lambda x, w: layernorm.rms_norm(x, w, 1e-6),
-                       lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6), make_inputs=rows_of(dtype, params=1)),
-             matrices),
-        ]
+        for tuned, suffix, sizes in ((False, "", matrices), (True, " tuned", matrices[-1:])):
+            out["layernorm"] += [
+                (Benchmark(f"layer_norm {tag}{suffix}",
+                           lambda x, w, b, tuned=tuned: layernorm.layer_norm(x, w, b, 1e-5, tuned=tuned),
+                           lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5),
+                           make_inputs=rows_of(dtype, params=2)), sizes),
+                (Benchmark(f"rms_norm {tag}{suffix}", lambda x, w, tuned=tuned: layernorm.rms_norm(x, w, 1e-6,
+                                                                                                 tuned=tuned),
+                           lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6), make_inputs=rows_of(dtype, params=1)),
+                 sizes),
+            ]
     out.update(fused_group(dev, gpu))
     return out
 
@@ -112,6 +118,19 @@ def check_targets(rows) -> list[str]:
     return lines
 
 
+def tuned_against_untuned(rows) -> list[str]:
+    """One line per tuned row: its speed and the untuned kernel's, both against torch in this run."""
+    by = {(r.name, r.size): r for r in rows}
+    lines = []
+    for r in rows:
+        old = by.get((r.name.removesuffix(" tuned"), r.size))
+        if not r.name.endswith(" tuned") or old is None or not r.speedup or not old.speedup:
+            continue
+        lines.append(f"{old.name:18} {r.size:>10}  untuned {old.speedup:.2f}x torch, tuned {r.speedup:.2f}x torch "
+                     f"({old.seconds / r.seconds:.2f}x the untuned kernel's speed)")
+    return lines
+
+
 def main(folder: Path) -> None:
     if not folder.is_dir():
         raise SystemExit(f"{folder} is not a folder: give an existing folder for the plots (default /tmp)")
@@ -127,6 +146,8 @@ def main(folder: Path) -> None:
         print(f"plot: {bench.plot(rows, folder / f'triton_{group}.png')}")
     if dev == "cuda":
         print("\n== targets (issue 5)\n" + "\n".join(check_targets(everything)))
+        print("\n== tuned long-row norms against the untuned (issue 24: >= 1.0x torch at 1024 x 65536)\n"
+              + "\n".join(tuned_against_untuned(everything)))
     wrong = [f"{r.name} {r.size}" for r in everything if not r.correct]
     (folder / "triton_kernels.json").write_text(json.dumps(
         {"device": device.describe(), "rows": [dataclasses.asdict(r) for r in everything]}, indent=1))

@@ -55,6 +55,17 @@ def test_equals_softmax_attention(batch, nh, nkv, t_q, t_k, hs, causal, torch_de
     torch.testing.assert_close(lse.double().cpu(), expected_lse, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("batch,nh,nkv,t_q,t_k,hs,causal", SHAPES[1:5] + SHAPES[6:7])
+def test_tuned_kernel_equals_softmax_attention(batch, nh, nkv, t_q, t_k, hs, causal, torch_device):
+    # The tensor-descriptor kernel: ragged ends come as zeros from the descriptors and are masked or clipped.
+    q, k, v = _qkv(torch_device, batch, nh, nkv, t_q, t_k, hs, seed=t_q + t_k)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, tuned=True)
+    expected, expected_lse = _truth(q, k, v, causal)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    torch.testing.assert_close(out.double().cpu(), expected, rtol=1e-5, atol=1e-5)  # as the readable kernel's
+    torch.testing.assert_close(lse.double().cpu(), expected_lse, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_large_logits(causal, torch_device):
     """Scores near +-1000: exp overflows float32 past 88.7 unless the running max is subtracted."""
@@ -85,6 +96,7 @@ def test_bad_inputs(torch_device):
         (lambda: flash_attention(q, k[:, :, :4], v[:, :, :4], causal=True), "Tq <= Tk"),
         (lambda: flash_attention(q, k, v, causal=1), "causal"),
         (lambda: flash_attention(q, k, v, scale=0.0), "scale"),
+        (lambda: flash_attention(q, k, v, tuned=1), "tuned must be True or False"),
         (lambda: flash_attention(q.numpy() if torch_device == "cpu" else q.cpu(), k, v), "q must be"),
     ]
     for call, match in cases:
@@ -105,12 +117,16 @@ class TestOnGPU:
         expected = sdpa(q.float(), k.float(), v.float(), causal=causal)  # float32 truth on the GPU
         atol = 2e-2 if dtype == torch.bfloat16 else 2e-3
         torch.testing.assert_close(flash_attention(q, k, v, causal=causal).float(), expected, rtol=0, atol=atol)
+        torch.testing.assert_close(flash_attention(q, k, v, causal=causal, tuned=True).float(), expected, rtol=0,
+                                   atol=atol)
         torch.testing.assert_close(sdpa(q, k, v, causal=causal).float(), expected, rtol=0, atol=atol)  # same bar
 
     def test_gqa_and_chunk(self, torch_device):
         q, k, v = _qkv(torch_device, 1, 32, 8, 512, 2048, 128, dtype=torch.bfloat16, seed=3)
         expected = sdpa(q.float(), k.float(), v.float(), causal=True)
         torch.testing.assert_close(flash_attention(q, k, v, causal=True).float(), expected, rtol=0, atol=2e-2)
+        torch.testing.assert_close(flash_attention(q, k, v, causal=True, tuned=True).float(), expected, rtol=0,
+                                   atol=2e-2)
 
 
 def test_benchmark_script_checks_its_kernel_on_a_cpu(tmp_path):

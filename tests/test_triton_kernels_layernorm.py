@@ -10,7 +10,12 @@ from aisys.triton_kernels.layernorm import launch_config, layer_norm, rms_norm
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # (rtol, atol) against float64: a few units in the last place of float32, one of float16 and bfloat16.
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
-BLOCKS = [None, 32, 128]  # None: the row kernel where the row fits in one block; a number: the looping kernel
+BLOCKS = [None, 32, 128, "tuned"]  # None: the row kernel where the row fits in one block; a number: the looping
+# kernel; "tuned": the autotuned looping kernel (256 columns per step in the interpreter)
+
+
+def _kw(block):
+    return {"tuned": True} if block == "tuned" else {"block": block}
 
 
 def _data(device, shape, dtype, seed=0, offset=0.0):
@@ -34,7 +39,7 @@ def _close(out, expected, dtype, rtol=None, atol=None):
 def test_layer_norm_matches_torch(block, shape, dtype, torch_device):
     x, w, b = _data(torch_device, shape, dtype, seed=shape[1])
     expected = F.layer_norm(x.double(), shape[1:], w.double(), b.double(), 1e-5)
-    _close(layer_norm(x, w, b, 1e-5, block=block), expected, dtype)
+    _close(layer_norm(x, w, b, 1e-5, **_kw(block)), expected, dtype)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -43,24 +48,34 @@ def test_layer_norm_matches_torch(block, shape, dtype, torch_device):
 def test_rms_norm_matches_torch(block, shape, dtype, torch_device):
     x, w, _ = _data(torch_device, shape, dtype, seed=shape[1], offset=0.5)
     expected = F.rms_norm(x.double(), shape[1:], w.double(), 1e-6)
-    _close(rms_norm(x, w, 1e-6, block=block), expected, dtype)
+    _close(rms_norm(x, w, 1e-6, **_kw(block)), expected, dtype)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_two_passes_stay_precise_around_a_large_mean(block, torch_device):
     x, w, b = _data(torch_device, (3, 1000), torch.float32, offset=1e4)  # E[x^2] - E[x]^2 would be noise of size ~8
     expected = F.layer_norm(x.double(), (1000,), w.double(), b.double(), 1e-5)
-    _close(layer_norm(x, w, b, 1e-5, block=block), expected, torch.float32, rtol=1e-2, atol=1e-2)
+    _close(layer_norm(x, w, b, 1e-5, **_kw(block)), expected, torch.float32, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_constant_rows_give_the_bias(block, torch_device):
     x, w, b = _data(torch_device, (2, 9), torch.float32)
     x[0], x[1] = 0.0, 3.0  # variance 0: 1 / sqrt(0 + eps) times distances of 0
-    y = layer_norm(x, w, b, 1e-5, block=block)
+    y = layer_norm(x, w, b, 1e-5, **_kw(block))
     # 1e-3: on a GPU the mean of nine 3.0s is 3.0 only to an ulp, and that ulp is multiplied by 1/sqrt(eps)
     torch.testing.assert_close(y, b.expand(2, 9), rtol=0, atol=1e-3)
-    assert rms_norm(torch.zeros_like(x), w, 1e-6, block=block).eq(0).all()
+    assert rms_norm(torch.zeros_like(x), w, 1e-6, **_kw(block)).eq(0).all()
+
+
+def test_tuned_kernel_merges_blocks_of_different_means(torch_device):
+    # Blocks of 256 columns around 0, 100 and -50: the per-block statistics merged by Chan's formula must
+    # carry the spread between the blocks' means, not only the spread within each.
+    x, w, b = _data(torch_device, (5, 700), torch.float32, seed=3)
+    x[:, 256:512] += 100.0
+    x[:, 512:] -= 50.0
+    expected = F.layer_norm(x.double(), (700,), w.double(), b.double(), 1e-5)
+    _close(layer_norm(x, w, b, 1e-5, tuned=True), expected, torch.float32)
 
 
 def test_no_rows_launches_nothing(torch_device):
@@ -87,6 +102,8 @@ def test_launch_config_picks_the_row_kernel_while_the_row_fits():
     (lambda x, w, b: layer_norm(x, w, b.half()), "bias must have x's dtype"),
     (lambda x, w, b: layer_norm(x, w, b, eps=-1.0), "eps must be a number >= 0"),
     (lambda x, w, b: layer_norm(x, w, b, block=6), "block must be a power of two"),
+    (lambda x, w, b: layer_norm(x, w, b, tuned=1), "tuned must be True or False"),
+    (lambda x, w, b: rms_norm(x, w, block=4, tuned=True), "block and tuned exclude each other"),
     (lambda x, w, b: rms_norm(x, w.reshape(1, 7)), "weight must be a 1-D tensor"),
     (lambda x, w, b: layer_norm(x[:, :0], w[:0], b[:0]), "x must have at least one column"),
 ])

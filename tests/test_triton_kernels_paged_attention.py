@@ -14,7 +14,9 @@ import torch
 from aisys.inference.paged_attention import paged_attention
 from aisys.triton_kernels.paged_attention import (
     PARTITION_SIZE,
+    GRID_MIN_PARTITION,
     auto_partition_size,
+    grid_partition_size,
     num_partitions,
     paged_attention_decode,
     program_tokens,
@@ -96,6 +98,28 @@ def test_auto_splits_only_when_the_unsplit_grid_leaves_sms_idle():
     assert auto_partition_size(batch=64, n_kv_heads=8, sms=132) is None  # 512 programs: about 4 per SM
     assert auto_partition_size(batch=16, n_kv_heads=8, sms=132) == PARTITION_SIZE  # 128 programs: some SMs idle
     assert auto_partition_size(batch=1, n_kv_heads=8, sms=132) == PARTITION_SIZE
+
+
+def test_grid_splits_a_small_batch_until_the_sms_have_two_programs_each():
+    assert grid_partition_size(batch=64, n_kv_heads=8, sms=132, max_context_len=4096) is None  # 512 programs
+    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=4096) == GRID_MIN_PARTITION
+    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=16384) == 256  # 8 x 64 = 512
+    assert grid_partition_size(batch=16, n_kv_heads=8, sms=132, max_context_len=4096) == 512  # 128 x 8 = 1024
+    assert grid_partition_size(batch=16, n_kv_heads=8, sms=132, max_context_len=512) == 128  # 128 x 4 = 512
+    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=100) == GRID_MIN_PARTITION
+    with pytest.raises(ValueError, match="max_context_len"):
+        grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=0)
+
+
+def test_grid_partitions_match_the_reference(torch_device):
+    case = paged_case([70, 5, 129], n_heads=4, n_kv_heads=2, seed=7)
+    assert_matches_reference(torch_device, case, partition_size="grid")  # 64-token partitions: 3 for 129
+
+
+def test_combining_more_partitions_than_one_step_loads(torch_device):
+    # 300 tokens in partitions of 16: 19 partials per head, two steps of the combining kernel's 16.
+    case = paged_case([300, 17], block_size=16, n_heads=2, n_kv_heads=1, seed=11)
+    assert_matches_reference(torch_device, case, partition_size=16)
 
 
 def test_large_scores_do_not_overflow(torch_device):
@@ -233,6 +257,6 @@ class TestOnGPU:
         for shape in (script.Shape(64, 4096), script.Shape(64, 4096, ragged=True), script.Shape(1, 16384)):
             args = script.make_inputs(shape, "cuda")
             expected = script.sdpa_contiguous(*args).float()
-            for partition in (PARTITION_SIZE, None):
+            for partition in (PARTITION_SIZE, None, "grid", 64):
                 out = script.paged(partition)(*args).float()
                 torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-3, msg=f"{shape}, partition {partition}")

@@ -98,8 +98,9 @@ def install() -> None:
                                   builder.create_atomic_cas, builder.create_dot)
     init_args, run = executor._init_args_hst, executor.__call__
 
-    # *rest: the arguments that differ between Triton's versions, passed on as they come
-    def create_masked_load(self, ptrs, mask, *rest):
+    # *rest, **named: the arguments that differ between Triton's versions, passed on as they come (tensor
+    # descriptors' loads and stores name cache_policy)
+    def create_masked_load(self, ptrs, mask, *rest, **named):
         lanes = _checked("load", ptrs, mask)
         if _running is not None:
             _running.loads += 1
@@ -107,14 +108,14 @@ def install() -> None:
             _running.widest_load = max(_running.widest_load, ptrs.data.size)
             for name, count in _by_argument(ptrs, mask).items():
                 _running.loaded_from[name] = _running.loaded_from.get(name, 0) + count
-        return load(self, ptrs, mask, *rest)
+        return load(self, ptrs, mask, *rest, **named)
 
-    def create_masked_store(self, ptrs, value, mask, *rest):
+    def create_masked_store(self, ptrs, value, mask, *rest, **named):
         lanes = _checked("store", ptrs, mask)
         if _running is not None:
             _running.stores += 1
             _running.stored += lanes
-        return store(self, ptrs, value, mask, *rest)
+        return store(self, ptrs, value, mask, *rest, **named)
 
     def create_atomic_rmw(self, op, ptr, val, mask, *rest):
         _checked("atomic", ptr, mask)

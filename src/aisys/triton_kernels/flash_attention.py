@@ -25,6 +25,13 @@ are computed on zeros and never stored. Inputs float32, float16 or bfloat16 (one
 16, 32, 64 or 128 (`tl.dot` needs >= 16; a power of two for `tl.arange`). On a GPU BLOCK_M,
 BLOCK_N, num_warps and num_stages are autotuned per shape; the interpreter runs 16 x 16 tiles.
 Float32 inputs are multiplied in IEEE float32 (`_tensors.dot_precision`), not the GPU's default TF32.
+
+`flash_attention(..., tuned=True)` runs `flash_attention_tma_kernel` instead: the same algorithm with q, K, V
+and O moved by tensor descriptors (Hopper's TMA: one instruction copies a whole tile to shared memory,
+zero-filling past each head's end, instead of every thread computing and issuing its own addresses), as
+Triton's fused-attention tutorial (06) does on Hopper, and the tutorial's Hopper autotuning space. (Triton's
+automatic warp specialisation of the key loop, `tl.range(..., warp_specialize=True)`, which the tutorial turns
+on for Blackwell only, fails to compile this loop for sm_90: it is left out.)
 """
 
 import math
@@ -36,6 +43,11 @@ import triton.language as tl
 from aisys._validate import positive_number
 
 from ._tensors import dot_precision, float_tensor, interpreted
+
+try:  # host-side tensor descriptors: Triton >= 3.3
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: tuned=True is refused
+    TensorDescriptor = None
 
 HEAD_SIZES = (16, 32, 64, 128)
 LOG2_E = 1.4426950408889634  # exp(x) == exp2(x * LOG2_E)
@@ -143,13 +155,133 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, scale_log2, T_Q,
     tl.store(lse_ptr + batch_head * T_Q + offs_m, lse, mask=row_in_range)
 
 
+# The tuned kernel ----------------------------------------------------------------------------------------------------
+
+def _tma_block_shapes(nargs):
+    """Autotuner pre-hook: the descriptors' tile shapes follow the config's BLOCK_M and BLOCK_N."""
+    head_dim = nargs["HEAD_DIM"]
+    nargs["desc_q"].block_shape = [1, nargs["BLOCK_M"], head_dim]
+    nargs["desc_o"].block_shape = [1, nargs["BLOCK_M"], head_dim]
+    nargs["desc_k"].block_shape = [1, nargs["BLOCK_N"], head_dim]
+    nargs["desc_v"].block_shape = [1, nargs["BLOCK_N"], head_dim]
+
+
+def _tma_config(block_m, block_n, stages, warps):
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_stages=stages, num_warps=warps,
+                         pre_hook=_tma_block_shapes)
+
+
+# Tutorial 06's Hopper space (BLOCK_M 64/128, BLOCK_N 64/128, 2-4 stages, 4/8 warps), less the 8-warp configs of
+# small tiles it drops itself: at hs = 128 and BLOCK_N = 128 a stage of K and V is 64 KiB in bf16, so 3 stages fit
+# in the 227 KiB of shared memory and 4 do not (the autotuner skips a config that runs out of resources).
+TMA_GPU_CONFIGS = [
+    _tma_config(128, 64, 2, 4), _tma_config(128, 64, 3, 4), _tma_config(128, 64, 4, 4),
+    _tma_config(128, 64, 3, 8), _tma_config(128, 64, 4, 8),
+    _tma_config(128, 128, 2, 8), _tma_config(128, 128, 3, 8),
+    _tma_config(64, 64, 3, 4), _tma_config(64, 64, 4, 4), _tma_config(64, 128, 3, 4),
+]
+TMA_INTERPRETER_CONFIGS = [_tma_config(16, 16, 1, 4)]
+
+
+@triton.jit
+def _attend_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, kv_row, offs_m, query_offset, T_K, start, end, scale_log2,
+                       HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                       UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+    """_attend_blocks with K and V tiles loaded by tensor descriptors (rows past T_K come as zeros)."""
+    for start_n in range(start, end, BLOCK_N):
+        k = desc_k.load([kv_row, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = desc_v.load([kv_row, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if MASKED:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            visible = (offs_n < T_K)[None, :]
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= (query_offset + offs_m)[:, None])
+            s = tl.where(visible, qk * scale_log2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+        else:  # as tutorial 06: the scale applied to the row max, then one fused multiply-add per score
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * scale_log2)
+            p = tl.exp2(qk * scale_log2 - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.autotune(configs=TMA_INTERPRETER_CONFIGS if interpreted() else TMA_GPU_CONFIGS,
+                 key=["T_Q", "T_K", "HEAD_DIM", "CAUSAL"])
+@triton.jit
+def flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, scale_log2, T_Q, T_K, N_HEADS, GROUP,
+                         HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+                         PRECISION: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """flash_attention_kernel over 3-D descriptors: q and O (B * nh, Tq, hs), K and V (B * nkv, Tk, hs)."""
+    tile = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    batch, head = batch_head // N_HEADS, batch_head % N_HEADS
+    kv_row = batch * (N_HEADS // GROUP) + head // GROUP
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = desc_q.load([batch_head, tile * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)  # rows past T_Q: zeros
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    query_offset = T_K - T_Q
+    if CAUSAL:
+        first_query = query_offset + tile * BLOCK_M
+        unmasked_end = (first_query + 1) // BLOCK_N * BLOCK_N
+        end = tl.minimum(first_query + BLOCK_M, T_K)
+    else:
+        unmasked_end = T_K // BLOCK_N * BLOCK_N
+        end = T_K
+    acc, l_i, m_i = _attend_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, kv_row, offs_m, query_offset, T_K,
+                                       0, unmasked_end, scale_log2, HEAD_DIM, BLOCK_N, False, CAUSAL, UPCAST,
+                                       PRECISION)
+    acc, l_i, m_i = _attend_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, kv_row, offs_m, query_offset, T_K,
+                                       unmasked_end, end, scale_log2, HEAD_DIM, BLOCK_N, True, CAUSAL, UPCAST,
+                                       PRECISION)
+    out = acc / l_i[:, None]
+    desc_o.store([batch_head, tile * BLOCK_M, 0], out.to(desc_o.dtype).reshape(1, BLOCK_M, HEAD_DIM))  # clipped
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+    tl.store(lse_ptr + batch_head.to(tl.int64) * T_Q + offs_m, lse, mask=offs_m < T_Q)
+
+
+def _flash_attention_tuned(q, k, v, out, lse, scale, causal):
+    """Launch flash_attention_tma_kernel on 3-D descriptors of the contiguous q, k, v and out."""
+    if TensorDescriptor is None:
+        raise ValueError("tuned=True needs Triton's tensor descriptors (Triton >= 3.3)")
+    batch, n_heads, t_q, head_size = q.shape
+    n_kv_heads, t_k = k.shape[1], k.shape[2]
+    dummy = [1, 16, head_size]  # replaced per config by _tma_block_shapes
+
+    def desc(x, heads, t):
+        return TensorDescriptor(x, [batch * heads, t, head_size], [t * head_size, head_size, 1], dummy)
+
+    def grid(meta):
+        return (triton.cdiv(t_q, meta["BLOCK_M"]), batch * n_heads)
+
+    flash_attention_tma_kernel[grid](desc(q, n_heads, t_q), desc(k, n_kv_heads, t_k), desc(v, n_kv_heads, t_k),
+                                     desc(out, n_heads, t_q), lse, scale * LOG2_E, t_q, t_k, n_heads,
+                                     n_heads // n_kv_heads, HEAD_DIM=head_size, CAUSAL=causal,
+                                     UPCAST=interpreted() and q.dtype == torch.bfloat16,
+                                     PRECISION=dot_precision(q.dtype))
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    scale: float | None = None, return_lse: bool = False):
+                    scale: float | None = None, return_lse: bool = False, *, tuned: bool = False):
     """softmax(q k^T * scale) v for q (B, nh, Tq, hs), k and v (B, nkv, Tk, hs): as torch's SDPA, in Triton.
 
     causal: query i sits at position Tk - Tq + i and sees the keys up to it (for Tq == Tk, SDPA's
     is_causal). scale defaults to 1/sqrt(hs). Returns O (B, nh, Tq, hs) in q's dtype, and with
     return_lse also the float32 log-sum-exp (B, nh, Tq) of each row of scaled scores.
+    tuned: run flash_attention_tma_kernel (tensor descriptors, Hopper's autotuning space) instead of the
+    readable flash_attention_kernel (which still runs a view whose start is not 16-byte aligned, as TMA needs).
     """
     q, k, v = float_tensor("q", q, 4), float_tensor("k", k, 4), float_tensor("v", v, 4)
     batch, n_heads, t_q, head_size = check_shapes(q, k, v)
@@ -160,8 +292,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         raise ValueError(f"causal attention needs Tq <= Tk (each query sees the keys up to its position), "
                          f"got q with {t_q} tokens and k with {t_k}")
     scale = 1.0 / math.sqrt(head_size) if scale is None else positive_number("scale", scale)
+    if not isinstance(tuned, bool):
+        raise ValueError(f"tuned must be True or False, got {tuned!r}")
     out = torch.empty_like(q)
     lse = torch.empty((batch, n_heads, t_q), dtype=torch.float32, device=q.device)
+    if tuned and all(x.data_ptr() % 16 == 0 for x in (q, k, v, out)):  # TMA needs 16-byte aligned bases
+        _flash_attention_tuned(q, k, v, out, lse, scale, causal)
+        return (out, lse) if return_lse else out
 
     def grid(meta):
         return (triton.cdiv(t_q, meta["BLOCK_M"]), batch * n_heads)

@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._tensors import float_tensor
+from ._tensors import float_tensor, interpreted
 
 MAX_FUSED_BYTES = 65536  # a row up to this size is held in registers by one program (16384 float32 values)
 LOOP_BLOCK = 4096  # columns per step of the looping kernels, for rows longer than that
@@ -139,6 +139,110 @@ def rms_norm_row_kernel(x_ptr, y_ptr, w_ptr, stride_x, stride_y, N, eps, BLOCK: 
     tl.store(y_ptr + row * stride_y + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
+# Tuned long-row kernels -----------------------------------------------------------------------------------------------
+
+def _tuned_config(block, warps, evict, per_sm):
+    return triton.Config({"BLOCK": block, "EVICT": evict, "PER_SM": per_sm}, num_warps=warps)
+
+
+# (BLOCK, num_warps, eviction hints, programs per SM: 0 = one program per row). The first is the untuned
+# looping kernel's choice (4096 columns, 8 warps, no hints, a program per row), so the autotuner can only
+# keep or beat it; the others trade programs in flight (L2 reuse of the second read) against loads in flight.
+TUNED_GPU_CONFIGS = [
+    _tuned_config(4096, 8, False, 0), _tuned_config(4096, 8, True, 0), _tuned_config(8192, 16, True, 0),
+    _tuned_config(4096, 16, True, 1), _tuned_config(8192, 16, True, 1), _tuned_config(8192, 32, True, 1),
+    _tuned_config(16384, 32, True, 1), _tuned_config(4096, 8, True, 2), _tuned_config(4096, 16, True, 2),
+    _tuned_config(2048, 8, True, 4),
+]
+TUNED_INTERPRETER_CONFIGS = [_tuned_config(256, 4, True, 1)]  # small blocks: the tests' rows still take several
+
+
+@triton.jit
+def _load_row_block(ptr, cols, mask, FIRST: tl.constexpr, EVICT: tl.constexpr):
+    """x[cols] in float32; with EVICT, kept in L2 on the first read (for the second) and let go on the second."""
+    if EVICT:
+        if FIRST:
+            x = tl.load(ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+        else:
+            x = tl.load(ptr + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        x = tl.load(ptr + cols, mask=mask, other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.autotune(configs=TUNED_INTERPRETER_CONFIGS if interpreted() else TUNED_GPU_CONFIGS, key=["N"])
+@triton.jit
+def layer_norm_tuned_kernel(x_ptr, y_ptr, w_ptr, b_ptr, stride_x, stride_y, M, N, eps,
+                            BLOCK: tl.constexpr, EVICT: tl.constexpr, PER_SM: tl.constexpr):
+    """layer_norm_kernel, each program taking rows program_id, + num_programs, ...; per-block statistics merged.
+
+    Block j of the row gives its count n_j, mean and m2_j (squared distances from its own mean); the running
+    (n, mean, m2) takes it in by Chan, Golub and LeVeque: delta = mean_j - mean, n' = n + n_j,
+    mean' = mean + delta n_j / n', m2' = m2 + m2_j + delta^2 n n_j / n'. Only distances are squared."""
+    for row in range(tl.program_id(0), M, tl.num_programs(0)):
+        row64 = tl.zeros([], tl.int64) + row  # int64 (row * stride passes 2**31); the interpreter's row is an int
+        x_row = x_ptr + row64 * stride_x
+        y_row = y_ptr + row64 * stride_y
+        n = tl.zeros([], tl.float32)
+        mean = tl.zeros([], tl.float32)
+        m2 = tl.zeros([], tl.float32)
+        for start in range(0, N, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = _load_row_block(x_row, cols, mask, True, EVICT)
+            n_j = tl.minimum(N - start, BLOCK).to(tl.float32)
+            mean_j = tl.sum(x, axis=0) / n_j
+            d = tl.where(mask, x - mean_j, 0.0)
+            m2_j = tl.sum(d * d, axis=0)
+            total = n + n_j
+            delta = mean_j - mean
+            mean += delta * (n_j / total)
+            m2 += m2_j + delta * delta * (n * n_j / total)
+            n = total
+        rstd = 1.0 / tl.sqrt(m2 / N + eps)
+        for start in range(0, N, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = _load_row_block(x_row, cols, mask, False, EVICT)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.autotune(configs=TUNED_INTERPRETER_CONFIGS if interpreted() else TUNED_GPU_CONFIGS, key=["N"])
+@triton.jit
+def rms_norm_tuned_kernel(x_ptr, y_ptr, w_ptr, stride_x, stride_y, M, N, eps,
+                          BLOCK: tl.constexpr, EVICT: tl.constexpr, PER_SM: tl.constexpr):
+    """rms_norm_kernel, each program taking rows program_id, + num_programs, ..., with eviction hints."""
+    for row in range(tl.program_id(0), M, tl.num_programs(0)):
+        row64 = tl.zeros([], tl.int64) + row  # int64 (row * stride passes 2**31); the interpreter's row is an int
+        x_row = x_ptr + row64 * stride_x
+        y_row = y_ptr + row64 * stride_y
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, N, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = _load_row_block(x_row, cols, cols < N, True, EVICT)  # padding adds 0^2 = 0
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+        for start in range(0, N, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = _load_row_block(x_row, cols, mask, False, EVICT)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _tuned_grid(M: int, dev: torch.device):
+    """Grid of the tuned kernels: a program per row (PER_SM = 0), or PER_SM programs per SM taking rows in turn.
+
+    The interpreter counts 2 SMs, so that the tests' few rows already make programs take several rows."""
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 2
+
+    def grid(meta):
+        return (M if meta["PER_SM"] == 0 else min(M, meta["PER_SM"] * sms),)
+    return grid
+
+
 # Host side ----------------------------------------------------------------------------------------------------------
 
 def launch_config(N: int, element_size: int, block: int | None = None) -> tuple[str, int, int]:
@@ -184,29 +288,47 @@ def _check_inputs(x, params: dict, eps, block) -> tuple[torch.Tensor, dict]:
     return x, params
 
 
+def _check_tuned(tuned, block) -> None:
+    if not isinstance(tuned, bool):
+        raise ValueError(f"tuned must be True or False, got {tuned!r}")
+    if tuned and block is not None:
+        raise ValueError("block and tuned exclude each other: the tuned kernel picks its own block")
+
+
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5, *,
-               block: int | None = None) -> torch.Tensor:
+               block: int | None = None, tuned: bool = False) -> torch.Tensor:
     """F.layer_norm(x, (N,), weight, bias, eps) of x (M, N): each row normalised, then scaled and shifted.
 
     `block` forces the looping kernel with that many columns per step; by default a row that fits
-    in one block is read once.
+    in one block is read once. `tuned` runs the autotuned looping kernel (`layer_norm_tuned_kernel`)
+    whatever the row length.
     """
     x, p = _check_inputs(x, {"weight": weight, "bias": bias}, eps, block)
+    _check_tuned(tuned, block)
     (M, N), y = x.shape, torch.empty_like(x)
     kind, BLOCK, warps = launch_config(N, x.element_size(), block)
-    if M:
+    if M and tuned:
+        layer_norm_tuned_kernel[_tuned_grid(M, x.device)](x, y, p["weight"], p["bias"], x.stride(0), y.stride(0),
+                                                          M, N, float(eps))
+    elif M:
         kernel = layer_norm_row_kernel if kind == "row" else layer_norm_kernel
         kernel[(M,)](x, y, p["weight"], p["bias"], x.stride(0), y.stride(0), N, float(eps),
                      BLOCK=BLOCK, num_warps=warps)
     return y
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, block: int | None = None) -> torch.Tensor:
-    """F.rms_norm(x, (N,), weight, eps) of x (M, N): each row divided by its root mean square, then scaled."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, block: int | None = None,
+             tuned: bool = False) -> torch.Tensor:
+    """F.rms_norm(x, (N,), weight, eps) of x (M, N): each row divided by its root mean square, then scaled.
+
+    `block` and `tuned` as for layer_norm."""
     x, p = _check_inputs(x, {"weight": weight}, eps, block)
+    _check_tuned(tuned, block)
     (M, N), y = x.shape, torch.empty_like(x)
     kind, BLOCK, warps = launch_config(N, x.element_size(), block)
-    if M:
+    if M and tuned:
+        rms_norm_tuned_kernel[_tuned_grid(M, x.device)](x, y, p["weight"], x.stride(0), y.stride(0), M, N, float(eps))
+    elif M:
         kernel = rms_norm_row_kernel if kind == "row" else rms_norm_kernel
         kernel[(M,)](x, y, p["weight"], x.stride(0), y.stride(0), N, float(eps), BLOCK=BLOCK, num_warps=warps)
     return y

@@ -49,6 +49,9 @@ from aisys.inference.paged_attention import check_layout, check_paged_shapes
 from ._tensors import FLOAT_DTYPES, dot_precision, interpreted, tensor_on_triton_device
 
 PARTITION_SIZE = 512  # tokens per split-K program, vLLM's paged_attention_v2 choice
+GRID_MIN_PARTITION = 64  # "grid" splits no finer: a program then reads 64 tokens' K and V against 1 partial row
+GRID_PROGRAMS_PER_SM = 2  # "grid" splits until the first kernel has this many programs per SM
+COMBINE_PARTS = 16  # partitions the combining kernel loads per step
 MIN_DOT = 16  # tl.dot's smallest dimension
 LOG2E = 1.4426950408889634
 
@@ -151,8 +154,11 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, o_ptr, lse_pt
 def combine_partitions_kernel(partial_ptr, lse_ptr, lens_ptr, out_ptr, head_size,
                               stride_pb, stride_ph, stride_pp, stride_pd, stride_lb, stride_lh,
                               stride_ob, stride_oh, stride_od,
-                              PARTITION: tl.constexpr, HEAD_PAD: tl.constexpr):
-    """out[seq, head] = the partials of its context's partitions, each weighted by its share 2^lse of the sum."""
+                              PARTITION: tl.constexpr, HEAD_PAD: tl.constexpr, PARTS_BLOCK: tl.constexpr):
+    """out[seq, head] = the partials of its context's partitions, each weighted by its share 2^lse of the sum.
+
+    PARTS_BLOCK partitions per step, loaded together: a context cut into 64 partitions takes 4 dependent
+    steps of loads, not 64."""
     seq = tl.program_id(0)
     head = tl.program_id(1)
     parts = tl.cdiv(tl.load(lens_ptr + seq), PARTITION)  # only the partitions this sequence's context reaches
@@ -161,15 +167,17 @@ def combine_partitions_kernel(partial_ptr, lse_ptr, lens_ptr, out_ptr, head_size
     m = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
     acc = tl.zeros([HEAD_PAD], tl.float32)
-    for part in range(0, parts):
-        lse = tl.load(lse_ptr + seq * stride_lb + head * stride_lh + part)
-        o = tl.load(partial_ptr + seq * stride_pb + head * stride_ph + part * stride_pp + dims * stride_pd,
-                    mask=dim_ok, other=0.0)
-        m_new = tl.maximum(m, lse)
+    for first in range(0, parts, PARTS_BLOCK):
+        idx = first + tl.arange(0, PARTS_BLOCK)
+        part_ok = idx < parts
+        lse = tl.load(lse_ptr + seq * stride_lb + head * stride_lh + idx, mask=part_ok, other=float("-inf"))
+        o = tl.load(partial_ptr + seq * stride_pb + head * stride_ph + idx[:, None] * stride_pp
+                    + dims[None, :] * stride_pd, mask=part_ok[:, None] & dim_ok[None, :], other=0.0)
+        m_new = tl.maximum(m, tl.max(lse, axis=0))  # finite: every step holds at least one real partition
         alpha = tl.math.exp2(m - m_new)
-        weight = tl.math.exp2(lse - m_new)
-        total = total * alpha + weight
-        acc = acc * alpha + weight * o
+        weight = tl.math.exp2(lse - m_new)  # 0 for the padding partitions (lse = -inf)
+        total = total * alpha + tl.sum(weight, axis=0)
+        acc = acc * alpha + tl.sum(weight[:, None] * o, axis=0)
         m = m_new
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims * stride_od,
              (acc / total).to(out_ptr.dtype.element_ty), mask=dim_ok)
@@ -185,7 +193,9 @@ def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     q (B, nh, hs); k_cache, v_cache (num_blocks, block_size, nkv, hs), one float dtype for all three;
     block_tables (B, max_blocks) and context_lens (B,) int32, on the device Triton runs on here.
     scale: default 1 / sqrt(hs). partition_size: tokens per split-K program, a power of two >= 16, None
-    for one program per (sequence, kv head) over its whole context, or "auto" (`auto_partition_size`).
+    for one program per (sequence, kv head) over its whole context, "auto" (`auto_partition_size`: 512
+    tokens when the unsplit grid leaves SMs idle), or "grid" (`grid_partition_size`: the partition chosen
+    from the grid and the longest context, so that a batch of 1 still fills the SMs).
     max_context_len: at least the longest context (it sizes the grid). An engine knows it on the host; given it,
     the tensors' contents are not read back (no device-to-host copy, no wait), and only their shapes,
     dtypes and devices are checked. Left None, context_lens and block_tables are copied to the host and
@@ -208,6 +218,8 @@ def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"scale must be a finite number, got {scale}")
     if partition_size == "auto":
         partition_size = auto_partition_size(batch, n_kv_heads, _sm_count(q.device))
+    elif partition_size == "grid":
+        partition_size = grid_partition_size(batch, n_kv_heads, _sm_count(q.device), max_context_len)
     parts = num_partitions(max_context_len, partition_size)
     out = torch.empty_like(q)
     if batch == 0:
@@ -234,7 +246,7 @@ def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if split:
         combine_partitions_kernel[(batch, n_heads)](
             partials, lse, context_lens, out, head_size, *partials.stride(), *lse.stride()[:2], *out.stride(),
-            PARTITION=partition, HEAD_PAD=head_pad)
+            PARTITION=partition, HEAD_PAD=head_pad, PARTS_BLOCK=COMBINE_PARTS)
     return out
 
 
@@ -246,6 +258,28 @@ def auto_partition_size(batch: int, n_kv_heads: int, sms: int) -> int | None:
     split, the partials and the second kernel costing more than the SMs they would fill.
     """
     return None if batch * n_kv_heads >= 2 * sms else PARTITION_SIZE
+
+
+def grid_partition_size(batch: int, n_kv_heads: int, sms: int, max_context_len: int,
+                        programs_per_sm: int = GRID_PROGRAMS_PER_SM) -> int | None:
+    """The partition that gives the first kernel about `programs_per_sm` programs per SM (Flash-Decoding's rule).
+
+    None (no split) when one program per (sequence, kv head) already does; else the largest power of two
+    between GRID_MIN_PARTITION and PARTITION_SIZE whose partitions reach that many programs, or
+    GRID_MIN_PARTITION when none does (a short context at batch 1). At batch 1 with 8 kv heads and a context
+    of 4096 on 132 SMs: 8 x 4096 / 64 = 512 programs of 64 tokens, where "auto" launches 64 of 512 and leaves
+    half the SMs idle.
+    """
+    batch, n_kv_heads, sms = (positive_int(name, value) for name, value in
+                              (("batch", batch), ("n_kv_heads", n_kv_heads), ("sms", sms)))
+    max_context_len = positive_int("max_context_len", max_context_len)
+    wanted = programs_per_sm * sms
+    if batch * n_kv_heads >= wanted:
+        return None
+    size = PARTITION_SIZE
+    while size > GRID_MIN_PARTITION and batch * n_kv_heads * -(-max_context_len // size) < wanted:
+        size //= 2
+    return size
 
 
 def _sm_count(dev: torch.device) -> int:
