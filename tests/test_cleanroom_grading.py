@@ -200,10 +200,7 @@ def tree_submissions() -> dict:
 def graded(tmp_path: Path, exercise: str, submissions: dict) -> dict:
     """Each submission's score, graded by the engine in the sandbox, in a course holding this notebook only."""
     assignment, notebook = exercise.split("/")
-    course = make_course(tmp_path, assignment)
-    for other in (course / "source" / assignment).glob("*.ipynb"):
-        if other.stem != notebook:
-            other.unlink()
+    course = make_course(tmp_path, assignment, notebook)
     folder = tmp_path / "submissions"
     for name, nb in submissions.items():
         path = folder / slug(name) / assignment / f"{notebook}.ipynb"

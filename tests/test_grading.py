@@ -55,10 +55,13 @@ def jobs_in(folder: Path):
         shutil.rmtree(short, ignore_errors=True)
 
 
-def make_course(folder: Path, assignment: str = "01-architecture") -> Path:
-    """A course like the repository's: autograder/ in a git checkout of its own, with the repository's .gitignore."""
+def make_course(folder: Path, assignment: str = "01-architecture", notebook: str = "roofline") -> Path:
+    """A course like the repository's: autograder/ in a git checkout of its own, with the repository's .gitignore.
+    Its assignment is one notebook of the chapter (the adversarial suite's), so a flat class's <student>.ipynb is
+    that notebook."""
     course = folder / "checkout" / "autograder"
-    shutil.copytree(ROOT / "autograder" / "source" / assignment, course / "source" / assignment)
+    (course / "source" / assignment).mkdir(parents=True)
+    shutil.copy(ROOT / "autograder" / "source" / assignment / f"{notebook}.ipynb", course / "source" / assignment)
     shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course)
     shutil.copy(ROOT / ".gitignore", course.parent)
     git(course.parent, "init", "-q")
