@@ -12,7 +12,10 @@ HOST   ?= 127.0.0.1
 TORCH_INDEX ?=
 HTML   := book/_build/html
 
-.PHONY: book build-book serve lint test exercises clean
+# The version a bundle is named for: the tag at HEAD, else "latest" (main's name on the published site).
+VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo latest)
+
+.PHONY: book build-book bundle serve lint test exercises clean
 
 book: build-book serve
 
@@ -48,6 +51,10 @@ build-book: $(BIN)/.student-lab book/node_modules/.installed
 	@echo "The book is built: open $(CURDIR)/$(HTML)/index.html"
 	@echo "or http://$(HOST):$(PORT)/ while 'make book' serves it (Ctrl-C stops)."
 
+# The offline bundle: the built book and the student notebooks in one zip (book/publish.py), as releases attach it.
+bundle: build-book
+	$(BIN)/python book/publish.py bundle --html $(HTML) --version $(VERSION) --out dist/aisys-book-$(VERSION).zip
+
 serve:
 	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory $(HTML)
 
@@ -65,4 +72,4 @@ exercises: $(BIN)/.installed
 	$(BIN)/aisys-grader generate
 
 clean:
-	rm -rf $(HTML) book/_build
+	rm -rf $(HTML) book/_build dist
