@@ -147,7 +147,7 @@ def test_one_search_field_a_favicon_and_wrapped_code(html):
     assert "custom.css" in page and "pre-wrap" in (html / "_static" / "custom.css").read_text()
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 # CI sets this, so that a missing browser fails the run instead of skipping the test.
 BROWSER_REQUIRED = os.environ.get("AISYS_REQUIRE_BROWSER") == "1"
 
