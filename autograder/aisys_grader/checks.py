@@ -172,6 +172,23 @@ def case_on_ranks(outcomes: list[list[dict]], case: int, where: str, explain: Ca
     return outcomes[case]
 
 
+def raises_value_error(student: Student, function: str, why: str, *, naming: str | None = None, **case) -> None:
+    """CheckFailure unless `function(**case)` raises ValueError, whose message names `naming` where one is given
+    (judged only where the message is shown: a redacted run withholds it). `why` says what makes the case invalid."""
+    __tracebackhide__ = True
+    call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
+    try:
+        value = student.call(function, returns="any", **case)
+    except CheckFailure as failure:
+        text = str(failure)
+        if "raised ValueError" not in text:
+            raise CheckFailure(f"{call}: {failure}; it should raise ValueError: {why}") from None
+        if naming and "not shown here" not in text and naming not in text.split("raised ValueError", 1)[1]:
+            raise CheckFailure(f"{call} raised ValueError, but its message does not name `{naming}`: {why}") from None
+        return
+    raise CheckFailure(f"{call} returned {describe(value)}; it should raise ValueError: {why}")
+
+
 def compare_timed(student: Student, function: str, make_case: Callable[[np.random.Generator], dict],
                   reference: Callable, rng: np.random.Generator, *, returns: str, repeats: int = 5,
                   slowdown: float = 10.0, allowance: float = 0.02) -> None:

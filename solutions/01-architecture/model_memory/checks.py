@@ -14,7 +14,7 @@ from aisys import meta_model
 from aisys import model_memory as reference
 from aisys.parallel import toy_transformer
 
-from aisys_grader.checks import check, compare_cases
+from aisys_grader.checks import check, compare_cases, raises_value_error
 from aisys_grader.compare import CheckFailure, describe, shown, unredacted
 
 DENSE = dict(layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, ffn=128, vocab=50, tied=False, gated=False,
@@ -140,20 +140,6 @@ def moe_active(student, rng, hidden):
                   hidden=hidden, compare=_compare_keys(("active",), _parameter_hint))
 
 
-def _raises_value_error(student, function, naming, why, **case):
-    call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-    try:
-        value = student.call(function, returns="any", **case)
-    except CheckFailure as failure:
-        text = str(failure)
-        if "raised ValueError" not in text:
-            raise CheckFailure(f"{call}: {failure}; it should raise ValueError: {why}") from None
-        if "not shown here" not in text and naming not in text.split("raised ValueError", 1)[1]:
-            raise CheckFailure(f"{call} raised ValueError, but its message does not name `{naming}`: {why}") from None
-        return
-    raise CheckFailure(f"{call} returned {describe(value)}; it should raise ValueError: {why}")
-
-
 @check(points=1)
 def invalid_configs(student, rng, hidden):
     """heads not a multiple of kv_heads, and top_k above experts, raise ValueError naming the key, in each function."""
@@ -162,9 +148,9 @@ def invalid_configs(student, rng, hidden):
     if hidden:
         bad.append(("kv_heads", "heads must be a multiple of kv_heads", model(heads=8, kv_heads=3)))
     for naming, why, m in bad:
-        _raises_value_error(student, "parameter_count", naming, why, model=m)
-        _raises_value_error(student, "training_memory", naming, why, model=m, batch=1, seq=8)
-        _raises_value_error(student, "inference_memory", naming, why, model=m, batch=1, tokens=8)
+        raises_value_error(student, "parameter_count", why, naming=naming, model=m)
+        raises_value_error(student, "training_memory", why, naming=naming, model=m, batch=1, seq=8)
+        raises_value_error(student, "inference_memory", why, naming=naming, model=m, batch=1, tokens=8)
 
 
 # ----------------------------------------------------------------------------------------- training

@@ -24,8 +24,8 @@ import torch
 from aisys.triton_kernels import reduction as reference  # noqa: F401  the answer key: kept out of the grading kernel
 from aisys.tensors import TORCH_DTYPES
 
-from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import FORMATS, CheckFailure, assert_close, describe, shown, tolerance
+from aisys_grader.checks import check, compare_cases, raises_value_error
+from aisys_grader.compare import FORMATS, CheckFailure, assert_close, shown, tolerance
 from aisys_grader.low_precision import as_sent, rounded
 
 
@@ -182,17 +182,6 @@ def row_max(student, rng, hidden):
                   tolerance=_dtype_tolerance, dtype=_format, hint=_max_hint)
 
 
-def _raises_value_error(student, function, why, **case):
-    call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-    try:
-        value = student.call(function, returns="any", **case)
-    except CheckFailure as failure:
-        if "raised ValueError" in str(failure):
-            return
-        raise CheckFailure(f"{call}: {failure}; it should raise ValueError: {why}") from None
-    raise CheckFailure(f"{call} returned {describe(value)}; it should raise ValueError: {why}")
-
-
 @check(points=1)
 def empty_inputs(student, rng, hidden):
     """No elements: the sum is 0 (zeros for rows without columns), the maximum raises ValueError."""
@@ -201,12 +190,12 @@ def empty_inputs(student, rng, hidden):
         if (got := student.call("vector_sum", x=empty, dtype=dtype, returns="number")) != 0:
             raise CheckFailure(f"vector_sum of an empty {dtype} vector returned {shown(got, '!r')}; the sum of no "
                                "elements is 0")
-        _raises_value_error(student, "vector_max", "the maximum of no elements is undefined", x=empty, dtype=dtype)
+        raises_value_error(student, "vector_max", "the maximum of no elements is undefined", x=empty, dtype=dtype)
         rows = int(rng.integers(1, 5)) if hidden else 3
         no_cols = as_sent(np.zeros((rows, 0)), dtype)
         assert_close(student.call("row_sums", a=no_cols, dtype=dtype, returns="array"), np.zeros(rows, np.float32),
                      where=f"row_sums of a {dtype} matrix of shape {no_cols.shape}")
-        _raises_value_error(student, "row_max", "the maximum of an empty row is undefined", a=no_cols, dtype=dtype)
+        raises_value_error(student, "row_max", "the maximum of an empty row is undefined", a=no_cols, dtype=dtype)
         no_rows = as_sent(np.zeros((0, 4)), dtype)
         for function in ("row_sums", "row_max"):
             got = student.call(function, a=no_rows, dtype=dtype, returns="array")

@@ -13,7 +13,7 @@ import functools
 import aisys.parallel.planner as planner
 from aisys.parallel import toy_transformer
 
-from aisys_grader.checks import check, compare_cases
+from aisys_grader.checks import check, compare_cases, raises_value_error
 from aisys_grader.compare import CheckFailure, describe, raised, shown, unredacted
 
 CLUSTER = planner.cluster()  # H100 SXM, 8 per node, NVLink 4 inside a node, one InfiniBand NDR port per GPU
@@ -200,20 +200,6 @@ def measured_activations(student, rng, hidden):
 # ----------------------------------------------------------------------------------------- errors
 
 
-def _raises_value_error(student, function, naming, why, **case):
-    call = f"{function}({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-    try:
-        value = student.call(function, returns="any", **case)
-    except CheckFailure as failure:
-        text = str(failure)
-        if "raised ValueError" not in text:
-            raise CheckFailure(f"{call}: {failure}; it should raise ValueError: {why}") from None
-        if "not shown here" not in text and naming not in text.split("raised ValueError", 1)[1]:
-            raise CheckFailure(f"{call} raised ValueError, but its message does not name `{naming}`: {why}") from None
-        return
-    raise CheckFailure(f"{call} returned {describe(value)}; it should raise ValueError: {why}")
-
-
 @check(points=1)
 def invalid_layouts(student, rng, hidden):
     """dp * tp * pp != gpus, and heads, kv_heads, ffn not divisible by tp or layers by pp, raise a ValueError naming
@@ -226,8 +212,8 @@ def invalid_layouts(student, rng, hidden):
     if hidden:
         bad.append(("ffn", "tp must divide the MLP's width", dict(SMALL_MHA, ffn=390), layout(2, 4, 1), 8))
     for naming, why, model, lay, gpus in bad:
-        _raises_value_error(student, "memory_per_gpu", naming, why, model=model, layout=lay, gpus=gpus, **batch)
-        _raises_value_error(student, "step_time", naming, why, model=model, layout=lay, gpus=gpus, **batch,
+        raises_value_error(student, "memory_per_gpu", why, naming=naming, model=model, layout=lay, gpus=gpus, **batch)
+        raises_value_error(student, "step_time", why, naming=naming, model=model, layout=lay, gpus=gpus, **batch,
                             cluster=CLUSTER, utilisation=0.5)
 
 

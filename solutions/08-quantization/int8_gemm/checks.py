@@ -21,8 +21,7 @@ dtype. The deciding cases are deterministic, on every seed:
 import numpy as np
 
 from aisys.quant import int8_gemm as reference
-from aisys_grader.checks import check, compare_cases
-from aisys_grader.compare import CheckFailure, describe
+from aisys_grader.checks import check, compare_cases, raises_value_error
 
 # float32 dequantization: the stated order is 3 or 4 float32 roundings (acc, two products, the bias); a student
 # rounding in another order, or in float64 once, differs by at most about that many units of 2**-24 relative
@@ -69,18 +68,6 @@ def int8_matmul(student, rng, hidden):
                   "subtract the zero point in int32: a_zero_point times the column sums of b.")
 
 
-def _raises_value_error(student, why, **case):
-    call = f"int8_matmul({', '.join(f'{k}={describe(v)}' for k, v in case.items())})"
-    try:
-        value = student.call("int8_matmul", returns="any", **case)
-    except CheckFailure as failure:
-        text = str(failure)
-        if "raised ValueError" in text:
-            return
-        raise CheckFailure(f"{call}: {failure}; it should raise ValueError: {why}") from None
-    raise CheckFailure(f"{call} returned {describe(value)}; it should raise ValueError: {why}")
-
-
 @check(points=1)
 def int8_matmul_long_k(student, rng, hidden):
     """K at int32's bound (131071, or 65793 with a zero point) is exact; one past it raises ValueError."""
@@ -90,11 +77,12 @@ def int8_matmul_long_k(student, rng, hidden):
     compare_cases(student, "int8_matmul", cases, reference.int8_matmul, returns="array", hidden=hidden,
                   tolerance=(0, 0), dtype="int32",
                   hint=lambda case, got, expected: "At this K the sum is within int32: compute it exactly.")
-    _raises_value_error(student, "at this K, int8 products can sum past int32's largest value",
-                        **_mm(np.full((1, bound + 1), -128, np.int8), np.full((bound + 1, 1), -128, np.int8)))
-    _raises_value_error(student, "with a nonzero zero point the codes' differences reach twice an int8's size, "
-                        "and at this K their products can sum past int32's largest value",
-                        **_mm(np.zeros((1, bound_zp + 1), np.int8), np.zeros((bound_zp + 1, 1), np.int8), 1))
+    raises_value_error(student, "int8_matmul", "at this K, int8 products can sum past int32's largest value",
+                       **_mm(np.full((1, bound + 1), -128, np.int8), np.full((bound + 1, 1), -128, np.int8)))
+    raises_value_error(student, "int8_matmul",
+                       "with a nonzero zero point the codes' differences reach twice an int8's size, "
+                       "and at this K their products can sum past int32's largest value",
+                       **_mm(np.zeros((1, bound_zp + 1), np.int8), np.zeros((bound_zp + 1, 1), np.int8), 1))
 
 
 def _rq(acc, a_scale, b_scale, out_scale, out_zero_point, bias=None):
