@@ -20,10 +20,15 @@ import time
 from .._validate import one_of, positive_int
 from .busbw import bus_bandwidth
 from .launch import BACKENDS, rank_device, run_ranks
+from .pipelined_ring import CHANNELS
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 HOST_HIDING_CYCLES = 4_000_000  # ~2 ms at the H200's 1.98 GHz: longer than the ring's host time
 ALGORITHMS = ("ring", "baseline")  # the reference ring (no size check), and dist.all_reduce
+# The tuned ring (aisys.collectives.pipelined_ring), on NCCL only: captured in a CUDA graph, slices over
+# CHANNELS channels of pairwise communicators. ABLATION adds what each step contributes, one at a time.
+TUNED = "tuned"
+ABLATION = ("pipelined", "pipelined, 8 channels", "pipelined, 8 channels, graph", TUNED)
 
 
 def sweep(backend: str) -> list[int]:
@@ -37,24 +42,30 @@ def sweep(backend: str) -> list[int]:
 
 
 def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, warmup: int = 3,
-            timeout: float = 60.0, hide_host: bool = True) -> list[dict]:
+            timeout: float = 60.0, hide_host: bool = True, extra=()) -> list[dict]:
     """One row per size: seconds of the ring and of dist.all_reduce, their bus bandwidths, and whether they agree.
 
     On GPUs the timing starts once the host has queued the call (`hide_host`), or when the host starts to
-    queue it (hide_host=False: the host's time counts, as it does for one call in a training step)."""
+    queue it (hide_host=False: the host's time counts, as it does for one call in a training step).
+    `extra`: names from ABLATION (NCCL only) timed too, each row then holding `<name>_seconds`,
+    `<name>_busbw` and `<name>_ratio` (its busbw over the baseline's)."""
     sizes = [positive_int("sizes[i]", s) for s in sizes]
     if any(s % 4 for s in sizes):
         raise ValueError(f"sizes must be multiples of 4 bytes (float32 buffers), got {sizes}")
     world_size, backend = positive_int("world_size", world_size), one_of("backend", backend, BACKENDS)
     reps, warmup = positive_int("reps", reps), positive_int("warmup", warmup)
-    per_rank = run_ranks(_time_on_rank, world_size, [(sizes, reps, warmup, backend, hide_host)] * world_size,
+    extra = tuple(one_of("extra[i]", name, ABLATION) for name in extra)
+    if extra and backend != "nccl":
+        raise ValueError(f"extra algorithms {extra} run on NCCL only (CUDA graphs), not on {backend}")
+    names = ALGORITHMS + extra
+    per_rank = run_ranks(_time_on_rank, world_size, [(sizes, reps, warmup, backend, hide_host, names)] * world_size,
                          backend=backend, timeout=timeout, wall_timeout=max(600.0, timeout))
     device = per_rank[0]["device"]
     rows = []
     for i, nbytes in enumerate(sizes):
-        seconds = {name: max(rank["seconds"][name][i] for rank in per_rank) for name in ALGORITHMS}
-        host = {name: max(rank["host_seconds"][name][i] for rank in per_rank) for name in ALGORITHMS}
-        busbw = {name: bus_bandwidth("all_reduce", nbytes, seconds[name], world_size) for name in ALGORITHMS}
+        seconds = {name: max(rank["seconds"][name][i] for rank in per_rank) for name in names}
+        host = {name: max(rank["host_seconds"][name][i] for rank in per_rank) for name in names}
+        busbw = {name: bus_bandwidth("all_reduce", nbytes, seconds[name], world_size) for name in names}
         rows.append({"bytes": nbytes, "world_size": world_size, "backend": backend, "device": device,
                      "host_hidden": hide_host or backend != "nccl",
                      "ring_seconds": seconds["ring"], "baseline_seconds": seconds["baseline"],
@@ -62,25 +73,39 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
                      "ring_busbw": busbw["ring"], "baseline_busbw": busbw["baseline"],
                      "ratio": busbw["ring"] / busbw["baseline"],
                      "correct": all(rank["correct"][i] for rank in per_rank)})
+        for name in extra:
+            rows[-1].update({f"{name}_seconds": seconds[name], f"{name}_host_seconds": host[name],
+                             f"{name}_busbw": busbw[name], f"{name}_ratio": busbw[name] / busbw["baseline"]})
     return rows
 
 
-def _time_on_rank(sizes, reps, warmup, backend, hide_host=True) -> dict:
+def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS) -> dict:
     import torch
     import torch.distributed as dist
 
-    from . import ring
+    from . import pipelined_ring, ring
 
     rank, p = dist.get_rank(), dist.get_world_size()
     device = rank_device(backend)
-    algorithms = {"ring": lambda x: ring.all_reduce(x, check_sizes=False), "baseline": dist.all_reduce}
-    seconds = {name: [] for name in ALGORITHMS}
-    host_seconds = {name: [] for name in ALGORITHMS}
+    shared = pipelined_ring.ring_channels(pairwise=False) if set(names) & set(ABLATION[1:3]) else None
+    pairwise = pipelined_ring.ring_channels() if TUNED in names else None
+    seconds = {name: [] for name in names}
+    host_seconds = {name: [] for name in names}
     correct = []
     for nbytes in sizes:
         buffer = torch.empty(nbytes // 4, device=device)
+        # Made per buffer: a captured ring replays on the storage it was captured on.
+        algorithms = {
+            "ring": lambda x: ring.all_reduce(x, check_sizes=False), "baseline": dist.all_reduce,
+            "pipelined": lambda x: pipelined_ring.all_reduce(x, slices=CHANNELS, check_sizes=False),
+            "pipelined, 8 channels": lambda x: pipelined_ring.all_reduce(x, channels=shared, check_sizes=False),
+        }
+        for name, channels in (("pipelined, 8 channels, graph", shared), (TUNED, pairwise)):
+            if name in names:
+                algorithms[name] = _replay(pipelined_ring.CapturedAllReduce(buffer, channels=channels))
         agree = True
-        for name, algorithm in algorithms.items():
+        for name in names:
+            algorithm = algorithms[name]
             times, queued = [], []
             for _ in range(warmup + reps):
                 buffer.fill_(rank + 1)  # sums of small integers: exact in any order
@@ -93,6 +118,11 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True) -> dict:
         correct.append(agree)
     name = torch.cuda.get_device_name(rank) if backend == "nccl" else "CPU (gloo over loopback)"
     return {"seconds": seconds, "host_seconds": host_seconds, "correct": correct, "device": name}
+
+
+def _replay(captured):
+    """A captured ring as an algorithm of the buffer it was captured on."""
+    return lambda buffer: captured()
 
 
 def _timed(algorithm, buffer, backend, hide_host=True) -> tuple[float, float]:
@@ -144,12 +174,29 @@ def table(rows: list[dict]) -> str:
         return "(no rows)"
     link = link_for(rows[0]["device"])
     baseline = "NCCL" if rows[0]["backend"] == "nccl" else "gloo"
+    tuned = f"{TUNED}_busbw" in rows[0]
     headers = ["size", "ring ms", f"{baseline} ms", "ring busbw GB/s", f"{baseline} busbw GB/s", "ring/" + baseline,
-               "ring of link", "correct"]
+               "ring of link"] + ["tuned ms", "tuned busbw GB/s", "tuned/" + baseline] * tuned + ["correct"]
     body = [[size_label(r["bytes"]), f"{r['ring_seconds'] * 1e3:.3f}", f"{r['baseline_seconds'] * 1e3:.3f}",
              f"{r['ring_busbw'] / 1e9:.2f}", f"{r['baseline_busbw'] / 1e9:.2f}", f"{r['ratio']:.2f}",
-             f"{r['ring_busbw'] / link.bandwidth:.0%}" if link else "-", "yes" if r["correct"] else "NO"]
-            for r in rows]
+             f"{r['ring_busbw'] / link.bandwidth:.0%}" if link else "-"]
+            + ([f"{r[f'{TUNED}_seconds'] * 1e3:.3f}", f"{r[f'{TUNED}_busbw'] / 1e9:.2f}",
+                f"{r[f'{TUNED}_ratio']:.2f}"] if tuned else [])
+            + ["yes" if r["correct"] else "NO"] for r in rows]
+    return _layout(rows, link, headers, body)
+
+
+def ablation_table(rows: list[dict]) -> str:
+    """What each step from the readable ring to the tuned one gives: bus bandwidth and share of the baseline's."""
+    names = ["ring", *(name for name in ABLATION if f"{name}_busbw" in rows[0])]
+    headers = ["size", "NCCL busbw GB/s", *names]
+    body = [[size_label(r["bytes"]), f"{r['baseline_busbw'] / 1e9:.1f}"]
+            + [f"{r[f'{n}_busbw' if n != 'ring' else 'ring_busbw'] / 1e9:.1f} "
+               f"({r[f'{n}_ratio' if n != 'ring' else 'ratio']:.2f}x)" for n in names] for r in rows]
+    return _layout(rows, None, headers, body)
+
+
+def _layout(rows, link, headers, body) -> str:
     widths = [max(len(line[i]) for line in [headers, *body]) for i in range(len(headers))]
     lines = [headers, ["-" * w for w in widths], *body]
     text = "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
