@@ -129,6 +129,27 @@ def test_gpus_before_hopper_are_refused_by_the_tuned_kernel(monkeypatch):
     assert fa.tma_refusal(torch.device("cpu"), ()) is None  # the interpreter runs descriptors on the CPU
 
 
+def test_tuned_configs_kept_are_those_that_fit():
+    # The GPU's list, pruned per launch (checked here on the host: the interpreter runs one 16 x 16 config).
+    def kept(dtype, head_dim):
+        named = {"desc_q": SimpleNamespace(base=torch.empty(0, dtype=dtype))}
+        return fa._tma_fitting_configs(fa.TMA_GPU_CONFIGS, named, HEAD_DIM=head_dim)
+
+    def tiles(config):
+        return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_stages, config.num_warps
+
+    assert kept(torch.bfloat16, 64) == fa.TMA_GPU_CONFIGS  # every config fits at hs 64, the 4-warp 128 x 128 too
+    at_128 = [tiles(c) for c in kept(torch.bfloat16, 128)]
+    assert (128, 128, 3, 8) in at_128 and (128, 128, 3, 4) not in at_128  # 4 warps would spill at hs 128
+    for dtype in (torch.float32, torch.float16):
+        for head_dim in fa.HEAD_SIZES:
+            for config in kept(dtype, head_dim):
+                block_m, block_n, stages, _ = tiles(config)
+                assert (block_m + 2 * block_n * stages) * head_dim * dtype.itemsize <= fa.SHARED_MEMORY
+            assert fa.TMA_GPU_CONFIGS[0] in kept(dtype, head_dim)  # the config the pinned GPU tests run
+    assert len(kept(torch.float32, 128)) < len(kept(torch.bfloat16, 128))  # float32 tiles take twice the bytes
+
+
 @pytest.mark.parametrize("tuned", [True, False])
 @pytest.mark.parametrize("causal", [True, False])
 def test_large_logits(causal, tuned, torch_device):

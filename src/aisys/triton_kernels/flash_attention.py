@@ -177,9 +177,10 @@ def _tma_config(block_m, block_n, stages, warps):
 
 
 # Tutorial 06's Hopper space (BLOCK_M 64/128, BLOCK_N 64/128, 2-4 stages, 4/8 warps), less the 8-warp configs of
-# small tiles it drops itself, plus FlashAttention-2's tile for d = 64 (128 x 128 with 4 warps, which its source
-# finds faster than 8 warps or longer and narrower tiles). The first config is the one the GPU tests pin
-# (tests/conftest.py, AISYS_PIN_AUTOTUNE): it fits every dtype and head size, and its diagonal spans two key blocks.
+# small tiles it drops itself, plus FlashAttention-2's tile for d = 64 (128 x 128 with 4 warps: its launch code notes
+# 8 warps and 64 x 256 or 256 x 64 tiles as slower, on an A100 at 2k tokens). The first config is the one the GPU
+# tests pin (tests/conftest.py, AISYS_PIN_AUTOTUNE): it fits every dtype and head size, and its diagonal spans two
+# key blocks.
 TMA_GPU_CONFIGS = [
     _tma_config(128, 64, 2, 4), _tma_config(128, 64, 3, 4), _tma_config(128, 64, 4, 4),
     _tma_config(128, 64, 3, 8), _tma_config(128, 64, 4, 8),
