@@ -13,12 +13,12 @@ the table gives them as a fraction of the device's dense BF16 Tensor Core peak (
 TFLOP/s on an H100 SXM); bytes are the minimum (q, k, v read once, O written once). Prints the table, the
 issue's target (FlashAttention >= 0.6x SDPA at T = 4096, hs = 128, BF16, causal and not) met or missed, and
 writes every row to PATH (the book reads book/07-inference/flash_attention_h100.json), with the versions
-measured and the CUDA kernels SDPA launched for each shape at T = 4096 (which of its backends ran). The tuned
-kernel (`flash_attention(..., tuned=True)`: tensor descriptors, tutorial 06's Hopper autotuning space) is timed at
-T = 4096 beside the readable one, in rows named "... tuned", and a table sets the two side by side, both against
-SDPA in this run. On a CPU it runs
-each kernel once at tiny sizes in the Triton interpreter (float32), for correctness only: no GPU is
-measured, and the output says so.
+measured, the CUDA kernels SDPA launched for each shape at T = 4096 (which of its backends ran) and the config
+the autotuner chose for each tuned row. Rows named "... readable" time the readable kernel
+(`flash_attention(..., tuned=False)`) at every length; rows named "... tuned" the default, the tensor-descriptor
+kernel (tutorial 06's Hopper autotuning space), at T = 4096, and a table sets the two side by side, both against
+SDPA in this run. On a CPU it runs each kernel once at tiny sizes in the Triton interpreter (float32), for
+correctness only: no GPU is measured, and the output says so.
 """
 
 import argparse
@@ -37,7 +37,7 @@ TOKENS = 16384  # B * T
 WIDTH = 2048  # nh * hs
 LENGTHS = [1024, 2048, 4096, 8192, 16384]
 HEAD_SIZES = [64, 128]
-TUNED_LENGTHS = [4096]  # the tuned kernel autotunes 10 configs per shape: timed where the targets are
+TUNED_LENGTHS = [4096]  # the tuned kernel autotunes 10 to 12 configs per shape: timed where the targets are
 TARGET = (4096, 128, 0.6)  # T, hs, least speed against SDPA
 
 
@@ -48,7 +48,7 @@ def sizes(dev: str, head_size: int) -> list[tuple[int, int, int, int]]:
     return [(TOKENS // t, WIDTH // head_size, t, head_size) for t in LENGTHS]
 
 
-def benchmark(dev: str, head_size: int, causal: bool, tuned: bool = False) -> Benchmark:
+def benchmark(dev: str, head_size: int, causal: bool, tuned: bool) -> Benchmark:
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32  # the interpreter's bf16 products are unreliable
 
     def make(size):
@@ -58,7 +58,7 @@ def benchmark(dev: str, head_size: int, causal: bool, tuned: bool = False) -> Be
     def cost(size):
         return flash_attention_cost(*size, dtype="bf16" if dev == "cuda" else "fp32", causal=causal)
 
-    return Benchmark(f"flash hs{head_size} {'causal' if causal else 'full'}{' tuned' if tuned else ''}",
+    return Benchmark(f"flash hs{head_size} {'causal' if causal else 'full'} {'tuned' if tuned else 'readable'}",
                      lambda q, k, v: fa.flash_attention(q, k, v, causal=causal, tuned=tuned),
                      lambda q, k, v: fa.sdpa(q, k, v, causal=causal),
                      make_inputs=make, bytes=lambda s: cost(s).bytes, flops=lambda s: cost(s).flops, compute="bf16",
@@ -81,11 +81,22 @@ def tuned_against_readable(rows) -> list[str]:
     by = {(r.name, r.size): r for r in rows}
     lines = []
     for r in rows:
-        old = by.get((r.name.removesuffix(" tuned"), r.size))
+        old = by.get((r.name.removesuffix(" tuned") + " readable", r.size))
         if r.name.endswith(" tuned") and old is not None and r.speedup and old.speedup:
             lines.append(f"{old.name:22} {r.size:>16}  readable {old.speedup:.2f}x SDPA, tuned {r.speedup:.2f}x SDPA "
                          f"({old.seconds / r.seconds:.2f}x the readable kernel's speed)")
     return lines
+
+
+def tuned_configs() -> dict[str, str]:
+    """The config the autotuner chose for each shape the tuned kernel ran at, by "Tq x Tk hs causal|full"."""
+    chosen = {}
+    for key, config in fa.flash_attention_tma_kernel.cache.items():
+        t_q, t_k, head_size, causal = key[:4]  # the autotuner's key: T_Q, T_K, HEAD_DIM, CAUSAL, PRECISION, ...
+        chosen[f"{t_q}x{t_k} hs{head_size} {'causal' if causal else 'full'}"] = (
+            f"BLOCK_M {config.kwargs['BLOCK_M']}, BLOCK_N {config.kwargs['BLOCK_N']}, {config.num_stages} stages, "
+            f"{config.num_warps} warps")
+    return chosen
 
 
 def sdpa_kernels(head_size: int, causal: bool) -> list[str]:
@@ -93,7 +104,8 @@ def sdpa_kernels(head_size: int, causal: bool) -> list[str]:
     memory-efficient attention apart), from torch's profiler."""
     from torch.profiler import ProfilerActivity, profile
 
-    q, k, v = benchmark("cuda", head_size, causal).make_inputs(sizes("cuda", head_size)[LENGTHS.index(4096)])
+    size = sizes("cuda", head_size)[LENGTHS.index(4096)]
+    q, k, v = benchmark("cuda", head_size, causal, tuned=False).make_inputs(size)
     fa.sdpa(q, k, v, causal=causal)  # warm: the profile holds one call's kernels only
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as trace:
@@ -112,7 +124,8 @@ def main(path: Path) -> None:
     rows = []
     for head_size in HEAD_SIZES:
         for causal in (False, True):
-            rows += bench.measure(benchmark(dev, head_size, causal), sizes(dev, head_size), copy_bandwidth=copy)
+            rows += bench.measure(benchmark(dev, head_size, causal, tuned=False), sizes(dev, head_size),
+                                  copy_bandwidth=copy)
             tuned_sizes = [s for s in sizes(dev, head_size) if dev != "cuda" or s[2] in TUNED_LENGTHS]
             rows += bench.measure(benchmark(dev, head_size, causal, tuned=True), tuned_sizes, copy_bandwidth=copy)
     print(bench.table(rows), flush=True)
@@ -129,6 +142,9 @@ def main(path: Path) -> None:
         saved["sdpa_kernels"] = {f"hs{hs} {'causal' if causal else 'full'}": sdpa_kernels(hs, causal)
                                  for hs in HEAD_SIZES for causal in (False, True)}
         print("\n== SDPA's kernels at T = 4096\n" + json.dumps(saved["sdpa_kernels"], indent=1))
+        saved["tuned_configs"] = tuned_configs()
+        print("\n== the tuned kernel's configs, as the autotuner chose them\n" + json.dumps(saved["tuned_configs"],
+                                                                                            indent=1))
     path.write_text(json.dumps(saved, indent=1))
     print(f"rows: {path}")
     wrong = [f"{r.name} {r.size}" for r in rows if not r.correct]

@@ -56,10 +56,11 @@ def test_equals_autograd(batch, nh, nkv, t_q, t_k, hs, causal, torch_device):
         torch.testing.assert_close(g.double().cpu(), expected, rtol=1e-4, atol=1e-4, msg=f"d{name}")  # float32 sums
 
 
-def test_autograd_function_and_scale(torch_device):
+@pytest.mark.parametrize("tuned", [True, False])  # the forward's kernel: the backward needs only its O and lse
+def test_autograd_function_and_scale(tuned, torch_device):
     q, k, v, do = _inputs(torch_device, 1, 2, 1, 24, 30, 16, seed=5)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
-    out = attention(q, k, v, causal=True, scale=0.3)
+    out = attention(q, k, v, causal=True, scale=0.3, tuned=tuned)
     torch.testing.assert_close(out, sdpa(q, k, v, causal=True, scale=0.3), rtol=1e-4, atol=1e-5)
     got = torch.autograd.grad(out, (q, k, v), do)
     for g, expected in zip(got, _truth(q, k, v, do, True, scale=0.3)):

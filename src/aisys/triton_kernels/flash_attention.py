@@ -26,12 +26,16 @@ are computed on zeros and never stored. Inputs float32, float16 or bfloat16 (one
 BLOCK_N, num_warps and num_stages are autotuned per shape; the interpreter runs 16 x 16 tiles.
 Float32 inputs are multiplied in IEEE float32 (`_tensors.dot_precision`), not the GPU's default TF32.
 
-`flash_attention(..., tuned=True)` runs `flash_attention_tma_kernel` instead: the same algorithm with q, K, V
-and O moved by tensor descriptors (Hopper's TMA: one instruction copies a whole tile to shared memory,
+`flash_attention` runs, by default (`tuned=True`), `flash_attention_tma_kernel`: the same algorithm with q, K,
+V and O moved by tensor descriptors (Hopper's TMA: one instruction copies a whole tile to shared memory,
 zero-filling past each head's end, instead of every thread computing and issuing its own addresses), as
-Triton's fused-attention tutorial (06) does on Hopper, and the tutorial's Hopper autotuning space. (Triton's
-automatic warp specialisation of the key loop, `tl.range(..., warp_specialize=True)`, which the tutorial turns
-on for Blackwell only, fails to compile this loop for sm_90: it is left out.)
+Triton's fused-attention tutorial (06) does on Hopper, with the tutorial's Hopper autotuning space plus
+FlashAttention-2's 128 x 128 tile of 4 warps for head sizes up to 64, and, when causal, the longest q tiles
+started first. `tuned=False` runs `flash_attention_kernel`, the readable kernel described above, which the
+tuned one also falls back to where TMA cannot run (`tma_refusal`: a Triton without tensor descriptors, a GPU
+older than Hopper, a tensor whose start is not 16-byte aligned). (Triton's automatic warp specialisation of the
+key loop, `tl.range(..., warp_specialize=True)`, which the tutorial turns on for Blackwell only, fails to
+compile this loop for sm_90: it is left out.)
 """
 
 import math
@@ -46,7 +50,7 @@ from ._tensors import dot_precision, float_tensor, interpreted
 
 try:  # host-side tensor descriptors: Triton >= 3.3
     from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton: tuned=True is refused
+except ImportError:  # pragma: no cover - older Triton: the readable kernel runs
     TensorDescriptor = None
 
 HEAD_SIZES = (16, 32, 64, 128)
@@ -60,7 +64,8 @@ def _config(block_m, block_n, stages, warps):
 # As Triton's tutorial 06 (fused attention) tunes for Hopper: 128-query tiles (8 warps give each
 # warpgroup 64 rows for wgmma), 64 or 128 keys per block, 2 to 4 stages of K/V in shared memory
 # (at hs = 128, bf16: (64 + 64) * 128 * 2 bytes = 32 KiB per stage for BLOCK_N = 64, far under the
-# 227 KiB a block may use). 64-query tiles keep all 132 SMs busy when B * nh * Tq / 128 is small.
+# 227 KiB a block may use). 64-query tiles keep all 132 SMs busy when B * nh * Tq / 128 is small. The first is
+# the one the GPU tests pin (tests/conftest.py, AISYS_PIN_AUTOTUNE): it fits every dtype and head size.
 GPU_CONFIGS = [
     _config(128, 64, 2, 4), _config(128, 64, 3, 4), _config(128, 64, 3, 8), _config(128, 64, 4, 8),
     _config(128, 128, 2, 8), _config(128, 128, 3, 8), _config(128, 32, 3, 4),
@@ -172,15 +177,34 @@ def _tma_config(block_m, block_n, stages, warps):
 
 
 # Tutorial 06's Hopper space (BLOCK_M 64/128, BLOCK_N 64/128, 2-4 stages, 4/8 warps), less the 8-warp configs of
-# small tiles it drops itself: at hs = 128 and BLOCK_N = 128 a stage of K and V is 64 KiB in bf16, so 3 stages fit
-# in the 227 KiB of shared memory and 4 do not (the autotuner skips a config that runs out of resources).
+# small tiles it drops itself, plus FlashAttention-2's tile for d = 64 (128 x 128 with 4 warps: its launch code notes
+# 8 warps and 64 x 256 or 256 x 64 tiles as slower, on an A100 at 2k tokens). The first config is the one the GPU
+# tests pin (tests/conftest.py, AISYS_PIN_AUTOTUNE): it fits every dtype and head size, and its diagonal spans two
+# key blocks.
 TMA_GPU_CONFIGS = [
     _tma_config(128, 64, 2, 4), _tma_config(128, 64, 3, 4), _tma_config(128, 64, 4, 4),
     _tma_config(128, 64, 3, 8), _tma_config(128, 64, 4, 8),
+    _tma_config(128, 128, 3, 4), _tma_config(128, 128, 4, 4),
     _tma_config(128, 128, 2, 8), _tma_config(128, 128, 3, 8),
     _tma_config(64, 64, 3, 4), _tma_config(64, 64, 4, 4), _tma_config(64, 128, 3, 4),
 ]
 TMA_INTERPRETER_CONFIGS = [_tma_config(16, 16, 1, 4)]
+SHARED_MEMORY = 227 * 1024  # bytes of shared memory one program may use on an H100
+
+
+def _tma_fitting_configs(configs, named_args, **kwargs):
+    """The configs worth compiling for this launch: the q tile and num_stages K and V tiles fit SHARED_MEMORY (at hs
+    = 128 in bf16, BLOCK_N = 128 fits 3 stages and not 4; float32 halves that), and 128 x 128 tiles of 4 warps only
+    up to hs = 64, where its 128 scores and 64 accumulators per thread leave room (at 128 they would spill)."""
+    head_dim = kwargs["HEAD_DIM"]  # constexprs come as keyword arguments
+    element = named_args["desc_q"].base.element_size()
+
+    def fits(config):
+        block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+        wide_and_few_warps = block_m * block_n >= 128 * 128 and config.num_warps == 4
+        tiles = (block_m + 2 * block_n * config.num_stages) * head_dim * element
+        return tiles <= SHARED_MEMORY and not (wide_and_few_warps and head_dim > 64)
+    return [config for config in configs if fits(config)] or configs[:1]
 
 
 @triton.jit
@@ -213,8 +237,11 @@ def _attend_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, kv_row, offs_m, query_o
     return acc, l_i, m_i
 
 
+# PRECISION tells float32 (IEEE products) from 16-bit inputs: descriptors give the autotuner no dtype to key on, and
+# a float32 tile needs twice the shared memory of the config a bfloat16 call of the same shape picked.
 @triton.autotune(configs=TMA_INTERPRETER_CONFIGS if interpreted() else TMA_GPU_CONFIGS,
-                 key=["T_Q", "T_K", "HEAD_DIM", "CAUSAL"])
+                 key=["T_Q", "T_K", "HEAD_DIM", "CAUSAL", "PRECISION"],
+                 prune_configs_by={"early_config_prune": _tma_fitting_configs})
 @triton.jit
 def flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, scale_log2, T_Q, T_K, N_HEADS, GROUP,
                          HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
@@ -222,6 +249,8 @@ def flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, scale_lo
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """flash_attention_kernel over 3-D descriptors: q and O (B * nh, Tq, hs), K and V (B * nkv, Tk, hs)."""
     tile = tl.program_id(0)
+    if CAUSAL:  # the last q tiles see the most keys: start them first, so the short ones fill the end of the grid
+        tile = tl.num_programs(0) - 1 - tile
     batch_head = tl.program_id(1)
     batch, head = batch_head // N_HEADS, batch_head % N_HEADS
     kv_row = batch * (N_HEADS // GROUP) + head // GROUP
@@ -252,10 +281,19 @@ def flash_attention_tma_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, scale_lo
     tl.store(lse_ptr + batch_head.to(tl.int64) * T_Q + offs_m, lse, mask=offs_m < T_Q)
 
 
+def tma_refusal(device: torch.device, tensors) -> str | None:
+    """Why flash_attention_tma_kernel cannot take these tensors on `device` (the readable kernel then runs), or None."""
+    if TensorDescriptor is None:
+        return "this Triton has no host-side tensor descriptors (Triton >= 3.3 has)"
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
+        return "TMA needs a Hopper GPU or newer (compute capability >= 9.0)"
+    if any(x.data_ptr() % 16 for x in tensors):
+        return "TMA needs tensors whose start is 16-byte aligned"
+    return None
+
+
 def _flash_attention_tuned(q, k, v, out, lse, scale, causal):
     """Launch flash_attention_tma_kernel on 3-D descriptors of the contiguous q, k, v and out."""
-    if TensorDescriptor is None:
-        raise ValueError("tuned=True needs Triton's tensor descriptors (Triton >= 3.3)")
     batch, n_heads, t_q, head_size = q.shape
     n_kv_heads, t_k = k.shape[1], k.shape[2]
     dummy = [1, 16, head_size]  # replaced per config by _tma_block_shapes
@@ -274,14 +312,15 @@ def _flash_attention_tuned(q, k, v, out, lse, scale, causal):
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    scale: float | None = None, return_lse: bool = False, *, tuned: bool = False):
+                    scale: float | None = None, return_lse: bool = False, *, tuned: bool = True):
     """softmax(q k^T * scale) v for q (B, nh, Tq, hs), k and v (B, nkv, Tk, hs): as torch's SDPA, in Triton.
 
     causal: query i sits at position Tk - Tq + i and sees the keys up to it (for Tq == Tk, SDPA's
     is_causal). scale defaults to 1/sqrt(hs). Returns O (B, nh, Tq, hs) in q's dtype, and with
     return_lse also the float32 log-sum-exp (B, nh, Tq) of each row of scaled scores.
-    tuned: run flash_attention_tma_kernel (tensor descriptors, Hopper's autotuning space) instead of the
-    readable flash_attention_kernel (which still runs a view whose start is not 16-byte aligned, as TMA needs).
+    tuned: True (the default) runs flash_attention_tma_kernel (tensor descriptors, Hopper's autotuning space)
+    wherever `tma_refusal` finds nothing against it, else the readable flash_attention_kernel, which False
+    always runs.
     """
     q, k, v = float_tensor("q", q, 4), float_tensor("k", k, 4), float_tensor("v", v, 4)
     batch, n_heads, t_q, head_size = check_shapes(q, k, v)
@@ -296,7 +335,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         raise ValueError(f"tuned must be True or False, got {tuned!r}")
     out = torch.empty_like(q)
     lse = torch.empty((batch, n_heads, t_q), dtype=torch.float32, device=q.device)
-    if tuned and all(x.data_ptr() % 16 == 0 for x in (q, k, v, out)):  # TMA needs 16-byte aligned bases
+    if tuned and tma_refusal(q.device, (q, k, v, out)) is None:
         _flash_attention_tuned(q, k, v, out, lse, scale, causal)
         return (out, lse) if return_lse else out
 

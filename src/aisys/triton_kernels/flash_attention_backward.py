@@ -218,11 +218,11 @@ def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 class FlashAttention(torch.autograd.Function):
-    """`flash_attention` with its Triton backward: `FlashAttention.apply(q, k, v, causal, scale)`."""
+    """`flash_attention` with its Triton backward: `FlashAttention.apply(q, k, v, causal, scale, tuned)`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, scale=None):
-        out, lse = flash_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    def forward(ctx, q, k, v, causal=False, scale=None, tuned=True):
+        out, lse = flash_attention(q, k, v, causal=causal, scale=scale, return_lse=True, tuned=tuned)
         ctx.save_for_backward(q, k, v, out, lse)  # O (B nh T hs) and lse (B nh T): no T x T tensor
         ctx.causal, ctx.scale = causal, scale
         return out
@@ -231,10 +231,11 @@ class FlashAttention(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = flash_attention_backward(q, k, v, out, lse, d_out.contiguous(), ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              scale: float | None = None) -> torch.Tensor:
-    """`flash_attention` that autograd can differentiate (through `flash_attention_backward`)."""
-    return FlashAttention.apply(q, k, v, causal, scale)
+              scale: float | None = None, *, tuned: bool = True) -> torch.Tensor:
+    """`flash_attention` that autograd can differentiate (through `flash_attention_backward`); `tuned` picks the
+    forward kernel as there (the backward is the same for both: it needs only O and lse)."""
+    return FlashAttention.apply(q, k, v, causal, scale, tuned)

@@ -32,6 +32,13 @@ can have. A longer row does not fit: `layer_norm_kernel` and
 once for the statistics (for LayerNorm, Welford's update in each lane, the
 lanes merged at the end) and once for y. The host functions pick the kernel;
 `block=` forces the looping one.
+
+For rows too long for one block, `layer_norm` and `rms_norm` run by default (`tuned=True`) the autotuned
+looping kernels `layer_norm_tuned_kernel` and `rms_norm_tuned_kernel` instead: the column block, the warps,
+eviction hints that keep the row in L2 between its two reads, and 1 to 4 programs per SM taking rows in turn
+(LayerNorm's statistics merged block by block by Chan's formula). A row that fits one block still takes the row
+kernel, which reads it once: no tuning of a loop can beat the least traffic. `tuned=False` runs the readable
+kernels above whatever the row length.
 """
 
 import torch
@@ -145,12 +152,14 @@ def _tuned_config(block, warps, evict, per_sm):
     return triton.Config({"BLOCK": block, "EVICT": evict, "PER_SM": per_sm}, num_warps=warps)
 
 
-# (BLOCK, num_warps, eviction hints, programs per SM: 0 = one program per row). The first is the untuned
-# looping kernel's choice (4096 columns, 8 warps, no hints, a program per row), so the autotuner can only
-# keep or beat it; the others trade programs in flight (L2 reuse of the second read) against loads in flight.
+# (BLOCK, num_warps, eviction hints, programs per SM: 0 = one program per row). The untuned looping kernel's
+# choice (4096 columns, 8 warps, no hints, a program per row) is among them, so the autotuner can only keep or beat
+# it; the others trade programs in flight (L2 reuse of the second read) against loads in flight. The first is the
+# one the GPU tests pin (tests/conftest.py, AISYS_PIN_AUTOTUNE): hints and programs taking several rows, the two
+# paths the untuned kernel lacks.
 TUNED_GPU_CONFIGS = [
-    _tuned_config(4096, 8, False, 0), _tuned_config(4096, 8, True, 0), _tuned_config(8192, 16, True, 0),
-    _tuned_config(4096, 16, True, 1), _tuned_config(8192, 16, True, 1), _tuned_config(8192, 32, True, 1),
+    _tuned_config(4096, 16, True, 1), _tuned_config(4096, 8, False, 0), _tuned_config(4096, 8, True, 0),
+    _tuned_config(8192, 16, True, 0), _tuned_config(8192, 16, True, 1), _tuned_config(8192, 32, True, 1),
     _tuned_config(16384, 32, True, 1), _tuned_config(4096, 8, True, 2), _tuned_config(4096, 16, True, 2),
     _tuned_config(2048, 8, True, 4),
 ]
@@ -292,22 +301,24 @@ def _check_tuned(tuned, block) -> None:
     if not isinstance(tuned, bool):
         raise ValueError(f"tuned must be True or False, got {tuned!r}")
     if tuned and block is not None:
-        raise ValueError("block and tuned exclude each other: the tuned kernel picks its own block")
+        raise ValueError("block and tuned exclude each other: block sets the readable looping kernel's columns "
+                         "per step, so pass tuned=False with it (the tuned kernel picks its own)")
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5, *,
-               block: int | None = None, tuned: bool = False) -> torch.Tensor:
+               block: int | None = None, tuned: bool = True) -> torch.Tensor:
     """F.layer_norm(x, (N,), weight, bias, eps) of x (M, N): each row normalised, then scaled and shifted.
 
-    `block` forces the looping kernel with that many columns per step; by default a row that fits
-    in one block is read once. `tuned` runs the autotuned looping kernel (`layer_norm_tuned_kernel`)
-    whatever the row length.
+    A row that fits in one block is read once (`layer_norm_row_kernel`); a longer one is looped over, by default
+    (`tuned=True`) by the autotuned `layer_norm_tuned_kernel`, with `tuned=False` by the readable
+    `layer_norm_kernel`. `block` (with tuned=False) forces the readable looping kernel whatever the row length,
+    with that many columns per step.
     """
     x, p = _check_inputs(x, {"weight": weight, "bias": bias}, eps, block)
     _check_tuned(tuned, block)
     (M, N), y = x.shape, torch.empty_like(x)
     kind, BLOCK, warps = launch_config(N, x.element_size(), block)
-    if M and tuned:
+    if M and tuned and kind == "loop":
         layer_norm_tuned_kernel[_tuned_grid(M, x.device)](x, y, p["weight"], p["bias"], x.stride(0), y.stride(0),
                                                           M, N, float(eps))
     elif M:
@@ -318,15 +329,16 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, block: int | None = None,
-             tuned: bool = False) -> torch.Tensor:
+             tuned: bool = True) -> torch.Tensor:
     """F.rms_norm(x, (N,), weight, eps) of x (M, N): each row divided by its root mean square, then scaled.
 
-    `block` and `tuned` as for layer_norm."""
+    Kernels, `block` and `tuned` as for layer_norm (`rms_norm_row_kernel`, `rms_norm_tuned_kernel`,
+    `rms_norm_kernel`)."""
     x, p = _check_inputs(x, {"weight": weight}, eps, block)
     _check_tuned(tuned, block)
     (M, N), y = x.shape, torch.empty_like(x)
     kind, BLOCK, warps = launch_config(N, x.element_size(), block)
-    if M and tuned:
+    if M and tuned and kind == "loop":
         rms_norm_tuned_kernel[_tuned_grid(M, x.device)](x, y, p["weight"], x.stride(0), y.stride(0), M, N, float(eps))
     elif M:
         kernel = rms_norm_row_kernel if kind == "row" else rms_norm_kernel
