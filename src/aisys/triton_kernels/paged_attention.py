@@ -164,7 +164,9 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part
             m = m_new
         out = acc / l[:, None]
         rows_ok = head_ok[:, None] & dim_ok[None, :]
-        parts = tl.cdiv(length, PARTITION)  # the partitions this sequence's context reaches
+        # The partitions this sequence's context reaches, and no more than the grid has: a max_context_len below
+        # a context (the caller's error, not checked when given) must still bring the fused counts back to zero.
+        parts = tl.minimum(tl.cdiv(length, PARTITION), tl.num_programs(2))
         # Fused, a context of one partition has nothing to combine: it writes the output as an unsplit one does.
         direct = (parts == 1) if FUSED else (not SPLIT)
         if direct:
