@@ -1,6 +1,8 @@
 """The Triton paged-attention decode kernel against the numpy reference: ragged contexts, scattered blocks, GQA,
-split and unsplit; its bad inputs; the planning helpers; the benchmark script on a CPU; a GPU check for the lead."""
+split and unsplit, partitions combined by a second kernel or by the last program (fused) and the fused combine's
+counters; its bad inputs; the planning helpers; the benchmark script on a CPU; a GPU check for the lead."""
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from aisys.inference.paged_attention import paged_attention
+from aisys.triton_kernels import paged_attention as module
 from aisys.triton_kernels.paged_attention import (
     PARTITION_SIZE,
     GRID_MIN_PARTITION,
@@ -62,18 +65,88 @@ def assert_matches_reference(device, case, dtype=torch.float32, scale=None, **kw
 
 
 # Contexts of 1 token, exactly a block, a block + 1, and ragged mixes; partitions of one tile (16), of several
-# tiles (32), and no split; GQA groups of 1, 2 and 4.
+# tiles (32), and no split; GQA groups of 1, 2 and 4; both ways of combining the partitions.
+@pytest.mark.parametrize("combine", ["kernel", "fused"])
 @pytest.mark.parametrize("partition_size", [16, 32, None])
 @pytest.mark.parametrize("context_lens", [[1], [16], [17], [1, 16, 17, 50]])
-def test_matches_the_reference_on_ragged_contexts(context_lens, partition_size, torch_device):
+def test_matches_the_reference_on_ragged_contexts(context_lens, partition_size, combine, torch_device):
     case = paged_case(context_lens, seed=len(context_lens))
-    assert_matches_reference(torch_device, case, partition_size=partition_size)
+    assert_matches_reference(torch_device, case, partition_size=partition_size, combine=combine)
 
 
+@pytest.mark.parametrize("combine", ["kernel", "fused"])
 @pytest.mark.parametrize("n_heads, n_kv_heads", [(4, 4), (4, 2), (8, 2)])
-def test_gqa_groups_share_one_kv_head(n_heads, n_kv_heads, torch_device):
+def test_gqa_groups_share_one_kv_head(n_heads, n_kv_heads, combine, torch_device):
     case = paged_case([5, 40], n_heads=n_heads, n_kv_heads=n_kv_heads, seed=n_heads + n_kv_heads)
-    assert_matches_reference(torch_device, case, partition_size=16)
+    assert_matches_reference(torch_device, case, partition_size=16, combine=combine)
+
+
+# The fused combine: the last program of each (sequence, kv head) combines its group's partials. Ragged batches whose
+# short sequences leave partitions idle and take the one-partition path (1, 5, 17 tokens), contexts combined in
+# several steps (300 tokens in partitions of 16: 19 partials, steps of 8 at group 4 and hs 128, of 4 at group 8),
+# GQA groups of 1, 4, 8 and 3 (padded to 4), head sizes 64, 128 and 24, float32 and bfloat16, partitions of 16, 32
+# and the grid rule's 64.
+@pytest.mark.parametrize("context_lens, n_heads, n_kv_heads, head_size, dtype, partition_size", [
+    ([1, 16, 17, 50], 4, 4, 64, torch.float32, 16),
+    ([300, 17, 5], 8, 2, 128, torch.bfloat16, 16),
+    ([70, 5, 129], 8, 1, 64, torch.float32, "grid"),
+    ([33, 150, 2], 8, 1, 128, torch.bfloat16, 32),
+    ([40, 9], 6, 2, 24, torch.float32, 16),
+])
+def test_fused_combine_matches_the_reference(context_lens, n_heads, n_kv_heads, head_size, dtype, partition_size,
+                                             torch_device):
+    case = paged_case(context_lens, n_heads=n_heads, n_kv_heads=n_kv_heads, head_size=head_size,
+                      seed=n_heads + head_size)
+    assert_matches_reference(torch_device, case, dtype=dtype, partition_size=partition_size, combine="fused")
+
+
+def fused_counts(device) -> torch.Tensor:
+    """The fused combine's counters for the current stream of `device` (what the last call left there)."""
+    (counts,) = [c for (dev, _), c in module._COUNTS.items() if dev.type == torch.device(device).type]
+    return counts
+
+
+def test_fused_counts_return_to_zero_and_repeated_calls_agree(torch_device):
+    case = paged_case([120, 17, 5], n_heads=4, n_kv_heads=2, seed=4)  # 8, 2 and 1 partitions of 16
+    first = run_kernel(torch_device, *case, partition_size=16, combine="fused")
+    assert not fused_counts(torch_device).any()
+    for _ in range(2):
+        again = run_kernel(torch_device, *case, partition_size=16, combine="fused")
+        torch.testing.assert_close(again, first, rtol=0, atol=0)
+        assert not fused_counts(torch_device).any()
+    np.testing.assert_allclose(first.cpu().numpy(), paged_attention(*case), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_calls_of_other_shapes_grow_the_counters(torch_device):
+    module._COUNTS.clear()
+    small, large = paged_case([40], n_heads=2, n_kv_heads=1, seed=1), paged_case([40, 3, 70, 20, 33], seed=2)
+    for case in (small, large, small):  # 1 counter, then 5 x 2 (more than the buffer holds), then 1 again
+        assert_matches_reference(torch_device, case, partition_size=16, combine="fused")
+    assert fused_counts(torch_device).numel() >= 10 and not fused_counts(torch_device).any()
+
+
+def test_fused_call_after_a_launch_that_stopped_part_way(torch_device):
+    """A launch that raises after some programs counted must not leave counts for the next call: that call would
+    find no last program for some (sequence, kv head), and its output there would be uninitialised memory."""
+    if torch_device != "cpu":
+        pytest.skip("a launch that faults part-way is an illegal memory access on a GPU, which ends the process")
+    q, k, v, tables, lens = case = paged_case([70, 40], seed=6)
+    assert_matches_reference(torch_device, case, partition_size=16, combine="fused")
+    counts = fused_counts(torch_device)  # the buffer the next call will use
+    broken = tables.copy()
+    broken[0, 3] = GARBAGE  # tokens 48..63 of sequence 0: its partition 3 reads outside the cache
+    with pytest.raises(IndexError):  # aisys's bounds-checked interpreter stops the launch there
+        run_kernel(torch_device, q, k, v, broken, lens, partition_size=16, combine="fused", max_context_len=70)
+    assert counts.any()  # partitions 0..2 of sequence 0 had counted
+    assert_matches_reference(torch_device, case, partition_size=16, combine="fused")
+    # a max_context_len below a context is the caller's error (unchecked when given): its result is wrong, but the
+    # next call's is not
+    run_kernel(torch_device, *case, partition_size=16, combine="fused", max_context_len=30)
+    assert_matches_reference(torch_device, case, partition_size=16, combine="fused")
+    # and a call refused before its launch changes nothing
+    with pytest.raises(ValueError, match="partition_size"):
+        run_kernel(torch_device, *case, partition_size=24, combine="fused")
+    assert_matches_reference(torch_device, case, partition_size=16, combine="fused")
 
 
 @pytest.mark.parametrize("block_size", [1, 4, 32])
@@ -195,6 +268,7 @@ def _bad(device, **changes):
     (dict(block_tables=torch.full((2, 3), 99, dtype=torch.int32)), {}, "block_tables[0] points outside the cache"),
     ({}, dict(partition_size=24), "partition_size must be a power of two >= 16"),
     ({}, dict(partition_size=8), "partition_size must be a power of two >= 16"),
+    ({}, dict(combine="both"), "combine must be one of ('kernel', 'fused')"),
     ({}, dict(scale=math.nan), "scale must be a finite number"),
     ({}, dict(max_context_len=0), "max_context_len must be"),
     ({}, dict(max_context_len=1000), "max_context_len = 1000 does not fit block_tables' 3 blocks of 16"),
@@ -235,6 +309,15 @@ def test_planning_helpers():
         sm_busy_fraction([1], 0)
 
 
+def benchmark_script():
+    """benchmarks/paged_attention.py as a module (under a name of its own: the kernel's module has its file name)."""
+    path = ROOT / "benchmarks" / "paged_attention.py"
+    spec = importlib.util.spec_from_file_location("paged_attention_benchmark", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def test_benchmark_script_checks_the_kernel_on_a_cpu(tmp_path):
     rows = tmp_path / "rows.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "paged_attention.py"), "--json", str(rows)],
@@ -244,6 +327,22 @@ def test_benchmark_script_checks_the_kernel_on_a_cpu(tmp_path):
     assert "no GPU" in done.stdout and "target: not measured" in done.stdout
     saved = json.loads(rows.read_text())
     assert saved["rows"] and all(row["correct"] for row in saved["rows"])
+    assert {row["name"] for row in saved["rows"]} == {"paged decode, auto", "paged decode, auto, fused",
+                                                      "paged decode, grid", "paged decode, grid, fused"}
+
+
+def test_benchmark_plans_the_quick_ab_and_the_rows_the_book_reads():
+    script = benchmark_script()
+    ab = ["paged decode, auto", "paged decode, auto, fused", "paged decode, grid", "paged decode, grid, fused"]
+    quick = {bench.name: [str(s) for s in sizes] for bench, sizes in script.plan("cuda", quick=True)}
+    assert quick == {name: ["B=1 ctx=1024", "B=1 ctx=4096", "B=1 ctx=16384", "B=16 ctx=1024", "B=16 ctx=4096",
+                            "B=16 ctx=16384", "B=64 ctx=4096"] for name in ab}
+    full = {bench.name: {str(s) for s in sizes} for bench, sizes in script.plan("cuda")}
+    assert all(len(full[name]) == 13 for name in ["paged decode", *ab])
+    # book/07-inference: decode-kernel.md, paged-attention.md and index.md read these rows
+    for name in ("paged decode", "paged decode, split 512", "paged decode, no split"):
+        assert {"B=1 ctx=4096", "B=64 ctx=4096", "B=64 ctx=4096 ragged"} <= full[name]
+    assert full["paged decode, split 64, fused"] == {"B=1 ctx=512", "B=1 ctx=1024", "B=1 ctx=4096", "B=1 ctx=16384"}
 
 
 @pytest.mark.gpu  # the lead's run
@@ -251,12 +350,36 @@ class TestOnGPU:
     """bf16 at the issue's shape (Llama-3-8B heads, B = 64, context 4096, blocks of 16) vs SDPA on a contiguous copy."""
 
     def test_llama3_8b_shape_against_sdpa(self):
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import paged_attention as script  # the benchmark's inputs: scattered pool, contiguous copy for SDPA
+        script = benchmark_script()  # the benchmark's inputs: scattered pool, contiguous copy for SDPA
 
         for shape in (script.Shape(64, 4096), script.Shape(64, 4096, ragged=True), script.Shape(1, 16384)):
             args = script.make_inputs(shape, "cuda")
             expected = script.sdpa_contiguous(*args).float()
             for partition in (PARTITION_SIZE, None, "grid", 64):
-                out = script.paged(partition)(*args).float()
-                torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-3, msg=f"{shape}, partition {partition}")
+                for combine in ("kernel", "fused"):
+                    out = script.paged(partition_size=partition, combine=combine)(*args).float()
+                    torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-3,
+                                               msg=f"{shape}, partition {partition}, {combine} combine")
+
+    def test_fused_combine_on_two_streams_at_once(self):
+        """Each stream gets its own counters: two streams running the fused kernel at once must not mix counts."""
+        q, k, v, tables, lens = (torch.from_numpy(x).cuda() for x in paged_case(
+            [4096, 3000, 77], n_heads=32, n_kv_heads=8, head_size=128, seed=9))
+        q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
+
+        def decode(combine):
+            return paged_attention_decode(q, k, v, tables, lens, partition_size=64, combine=combine,
+                                          max_context_len=4096)
+
+        expected = decode("kernel")
+        streams = [torch.cuda.Stream() for _ in range(2)]
+        torch.cuda.synchronize()
+        outs = []
+        for _ in range(20):
+            for stream in streams:
+                with torch.cuda.stream(stream):
+                    outs.append(decode("fused"))
+        torch.cuda.synchronize()
+        for out in outs:
+            torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-3)
+        assert all(not counts.any() for counts in module._COUNTS.values())

@@ -26,15 +26,27 @@ each byte of K and V crosses the bus once:
 - **Split-K over the context** ("flash-decoding", Dao et al. 2023; vLLM's paged_attention_v2 with
   partitions of 512 tokens): the context of each sequence is cut into partitions, one program each, so
   that a small batch, or one long sequence among short ones, still spreads over every SM. Each program
-  writes its partial output (normalised by its own sum) and its log-sum-exp; a second kernel combines
-  a sequence's partitions: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse). The partials
-  are (B, nh, partitions, hs) in float32, about 2% of the K/V bytes at hs = 128 and group 4.
+  writes its partial output (normalised by its own sum) and its log-sum-exp; the partials of a sequence
+  are combined as out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse). The partials are
+  (B, nh, partitions, hs) float32: per kv head, group x hs x 4 bytes against the partition's K and V, about
+  4 / partition of the K/V bytes at hs = 128 and group 4 (under 1% at 512 tokens, 6% at 64).
+- **Who combines** (`combine`): "kernel", a second kernel with one program per (sequence, query head), as
+  vLLM does; or "fused", the last program of each (sequence, kv head) to finish, in the same launch (the
+  semaphore fix-up of split-K and stream-K GEMMs; TensorRT-LLM's XQA decode kernel does it too). Each
+  program adds 1 to a counter of its (sequence, kv head) after writing its partial; the one that brings the
+  count to the number of partitions reads the group's partials back, writes the output and zeroes the
+  counter. At a batch of 1 the K and V of a context of a few thousand tokens take a few microseconds of
+  bandwidth, and what the second kernel adds (its launch, and the wait for the first kernel's last program
+  before any of it starts) is fixed; the fused combine pays instead an atomic per program and a tail in which
+  one program per (sequence, kv head) reads all its group's partials. Which wins, and with which partition
+  rule, is measured (benchmarks/paged_attention.py); `COMBINE` is the default, a one-line switch.
 
 Accumulation is float32 whatever the cache's dtype (float32, float16 or bfloat16); the probabilities are
 rounded to the cache's dtype before the p.v product, as FlashAttention does. The result has q's dtype.
 Float32 inputs are multiplied in IEEE float32 (`_tensors.dot_precision`), not the GPU's default TF32.
 """
 
+import contextlib
 import heapq
 import math
 
@@ -51,7 +63,10 @@ from ._tensors import FLOAT_DTYPES, dot_precision, interpreted, tensor_on_triton
 PARTITION_SIZE = 512  # tokens per split-K program, vLLM's paged_attention_v2 choice
 GRID_MIN_PARTITION = 64  # "grid" splits no finer: a program then reads 64 tokens' K and V against 1 partial row
 GRID_PROGRAMS_PER_SM = 2  # "grid" splits until the first kernel has this many programs per SM
-COMBINE_PARTS = 16  # partitions the combining kernel loads per step
+COMBINES = ("kernel", "fused")  # who combines a split context's partitions: a second kernel, or the last program
+COMBINE = "kernel"  # the default: a one-line switch, to "fused" if the H100 A/B shows it faster (issue 24)
+COMBINE_PARTS = 16  # partitions a combining step loads at most
+COMBINE_ELEMENTS = 4096  # partial values a fused combining step loads: fewer dependent trips to L2, more registers
 MIN_DOT = 16  # tl.dot's smallest dimension
 LOG2E = 1.4426950408889634
 
@@ -82,24 +97,28 @@ def _fitting_configs(configs, named_args, **kwargs):
 
 
 @triton.autotune(configs=INTERPRETER_CONFIGS if interpreted() else GPU_CONFIGS,
-                 key=["GROUP_PAD", "HEAD_PAD", "BLOCK_SIZE", "PARTITION", "SPLIT"],
+                 key=["GROUP_PAD", "HEAD_PAD", "BLOCK_SIZE", "PARTITION", "SPLIT", "FUSED"],
                  prune_configs_by={"early_config_prune": _fitting_configs})
 @triton.jit
-def paged_decode_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, o_ptr, lse_ptr,
+def paged_decode_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, partial_ptr, lse_ptr, counts_ptr,
                         qk_scale, group, head_size,
                         stride_qb, stride_qh, stride_qd,
                         stride_kn, stride_ks, stride_kh, stride_kd,
                         stride_vn, stride_vs, stride_vh, stride_vd,
                         stride_tb, stride_tn,
-                        stride_ob, stride_oh, stride_op, stride_od,
+                        stride_ob, stride_oh, stride_od,
+                        stride_pb, stride_ph, stride_pp, stride_pd,
                         stride_lb, stride_lh,
                         BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, GROUP_PAD: tl.constexpr,
-                        HEAD_PAD: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+                        HEAD_PAD: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr,
+                        COMBINE_GROUP: tl.constexpr, PARTS_BLOCK: tl.constexpr, UPCAST: tl.constexpr,
                         PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
     """Attention of one sequence's query group (one kv head) over one partition of its context.
 
-    SPLIT: o is the (B, nh, partitions, hs) float32 partials and lse_ptr gets each head's log2-sum-exp;
-    otherwise o is the output (B, nh, hs) (stride_op unused) and the partition is the whole context."""
+    Unsplit, the partition is the whole context and the program writes the output (B, nh, hs). SPLIT: it writes
+    its partial (B, nh, partitions, hs) float32 and each head's log2-sum-exp (B, nh, partitions), which
+    combine_partitions_kernel combines; SPLIT and FUSED: the last program of a (sequence, kv head) to finish
+    combines them itself (`_combine_if_last`), and a context of one partition writes the output directly."""
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     part = tl.program_id(2)
@@ -144,10 +163,67 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, o_ptr, lse_pt
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m = m_new
         out = acc / l[:, None]
-        tl.store(o_ptr + seq * stride_ob + heads[:, None] * stride_oh + part * stride_op + dims[None, :] * stride_od,
-                 out.to(o_ptr.dtype.element_ty), mask=head_ok[:, None] & dim_ok[None, :])
-        if SPLIT:
+        rows_ok = head_ok[:, None] & dim_ok[None, :]
+        # The partitions this sequence's context reaches, and no more than the grid has: a max_context_len below
+        # a context (the caller's error, not checked when given) must still bring the fused counts back to zero.
+        parts = tl.minimum(tl.cdiv(length, PARTITION), tl.num_programs(2))
+        # Fused, a context of one partition has nothing to combine: it writes the output as an unsplit one does.
+        direct = (parts == 1) if FUSED else (not SPLIT)
+        if direct:
+            tl.store(out_ptr + seq * stride_ob + heads[:, None] * stride_oh + dims[None, :] * stride_od,
+                     out.to(out_ptr.dtype.element_ty), mask=rows_ok)
+        else:
+            tl.store(partial_ptr + seq * stride_pb + heads[:, None] * stride_ph + part * stride_pp
+                     + dims[None, :] * stride_pd, out, mask=rows_ok)
             tl.store(lse_ptr + seq * stride_lb + heads * stride_lh + part, m + tl.math.log2(l), mask=head_ok)
+            if FUSED:
+                _combine_if_last(partial_ptr, lse_ptr, out_ptr, counts_ptr + seq * tl.num_programs(1) + kv_head,
+                                 seq, kv_head, parts, group, head_size,
+                                 stride_ob, stride_oh, stride_od, stride_pb, stride_ph, stride_pp, stride_pd,
+                                 stride_lb, stride_lh, COMBINE_GROUP, HEAD_PAD, PARTS_BLOCK)
+
+
+@triton.jit
+def _combine_if_last(partial_ptr, lse_ptr, out_ptr, count_ptr, seq, kv_head, parts, group, head_size,
+                     stride_ob, stride_oh, stride_od, stride_pb, stride_ph, stride_pp, stride_pd,
+                     stride_lb, stride_lh,
+                     COMBINE_GROUP: tl.constexpr, HEAD_PAD: tl.constexpr, PARTS_BLOCK: tl.constexpr):
+    """Count this program's partial as done; the program that counts the last one combines the group's partials.
+
+    Why the last one sees every partial (the PTX memory model): the barrier orders the stores of all this
+    program's threads before the one thread that does the atomic add; the add releases them (a release is
+    cumulative: it publishes what its thread has observed, here through the barrier). The adds on one counter
+    form a release sequence, so the add that reads parts - 1 acquires from every earlier one: the partials its
+    program loads after it (every thread: Triton hands the count out through shared memory behind a barrier)
+    are the ones written. The combining program then sets the count back to 0 for the next launch, which the
+    stream orders after this one (TensorRT-LLM's XQA decode kernel does the same with a wrapping atom.inc)."""
+    tl.debug_barrier()
+    done = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+    if done == parts - 1:
+        rows = tl.arange(0, COMBINE_GROUP)
+        heads = kv_head * group + tl.minimum(rows, group - 1)  # padding rows repeat the last head, never stored
+        dims = tl.arange(0, HEAD_PAD)
+        dim_ok = dims < head_size
+        m = tl.full([COMBINE_GROUP], float("-inf"), tl.float32)
+        total = tl.zeros([COMBINE_GROUP], tl.float32)
+        acc = tl.zeros([COMBINE_GROUP, HEAD_PAD], tl.float32)
+        for first in range(0, parts, PARTS_BLOCK):
+            idx = first + tl.arange(0, PARTS_BLOCK)
+            part_ok = idx < parts
+            lse = tl.load(lse_ptr + seq * stride_lb + heads[:, None] * stride_lh + idx[None, :],
+                          mask=part_ok[None, :], other=float("-inf"))  # (COMBINE_GROUP, PARTS_BLOCK)
+            o = tl.load(partial_ptr + seq * stride_pb + heads[:, None, None] * stride_ph
+                        + idx[None, :, None] * stride_pp + dims[None, None, :] * stride_pd,
+                        mask=part_ok[None, :, None] & dim_ok[None, None, :], other=0.0)
+            m_new = tl.maximum(m, tl.max(lse, axis=1))  # finite: every step holds at least one real partition
+            alpha = tl.math.exp2(m - m_new)
+            weight = tl.math.exp2(lse - m_new[:, None])  # 0 for the padding partitions (lse = -inf)
+            total = total * alpha + tl.sum(weight, axis=1)
+            acc = acc * alpha[:, None] + tl.sum(weight[:, :, None] * o, axis=1)
+            m = m_new
+        tl.store(out_ptr + seq * stride_ob + heads[:, None] * stride_oh + dims[None, :] * stride_od,
+                 (acc / total[:, None]).to(out_ptr.dtype.element_ty), mask=(rows < group)[:, None] & dim_ok[None, :])
+        tl.store(count_ptr, 0)
 
 
 @triton.jit
@@ -185,7 +261,7 @@ def combine_partitions_kernel(partial_ptr, lse_ptr, lens_ptr, out_ptr, head_size
 
 def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, *, scale: float | None = None,
-                           partition_size: int | None | str = "auto",
+                           partition_size: int | None | str = "auto", combine: str = COMBINE,
                            max_context_len: int | None = None) -> torch.Tensor:
     """(B, nh, hs): attention of each sequence's one new query over its paged context, as
     `aisys.inference.paged_attention.paged_attention` computes it.
@@ -196,12 +272,16 @@ def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     for one program per (sequence, kv head) over its whole context, "auto" (`auto_partition_size`: 512
     tokens when the unsplit grid leaves SMs idle), or "grid" (`grid_partition_size`: the partition chosen
     from the grid and the longest context, so that a batch of 1 still fills the SMs).
+    combine: who combines the partitions of a split context: "kernel" (a second kernel) or "fused" (the last
+    program of each sequence and kv head to finish, in the one launch).
     max_context_len: at least the longest context (it sizes the grid). An engine knows it on the host; given it,
     the tensors' contents are not read back (no device-to-host copy, no wait), and only their shapes,
     dtypes and devices are checked. Left None, context_lens and block_tables are copied to the host and
     every value is checked (a synchronisation with the GPU).
     """
     _check_tensors(q, k_cache, v_cache, block_tables, context_lens)
+    if combine not in COMBINES:
+        raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
     if max_context_len is None:
         check_paged_shapes(q, k_cache, v_cache, block_tables.cpu().numpy(), context_lens.cpu().numpy())
         max_context_len = int(context_lens.max()) if len(context_lens) else 1
@@ -225,29 +305,59 @@ def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if batch == 0:
         return out
     split = parts > 1
+    fused = split and combine == "fused"
     # Unsplit, the one partition is the whole context: rounded up to a power of two, so that contexts of
     # similar length share one compiled kernel (the tiles stop at the context's end in any case).
     partition = partition_size if split else triton.next_power_of_2(max_context_len)
     group = n_heads // n_kv_heads
     head_pad = max(MIN_DOT, triton.next_power_of_2(head_size))
+    combine_group = triton.next_power_of_2(group)
     if split:
         partials = torch.empty((batch, n_heads, parts, head_size), dtype=torch.float32, device=q.device)
         lse = torch.empty((batch, n_heads, parts), dtype=torch.float32, device=q.device)
-        o, o_strides, lse_strides = partials, partials.stride(), lse.stride()[:2]
-    else:  # the first kernel writes the output itself, and there is nothing to combine
-        o, lse = out, out  # lse is not written: SPLIT is off
-        o_strides, lse_strides = (out.stride(0), out.stride(1), 0, out.stride(2)), (0, 0)
-    paged_decode_kernel[(batch, n_kv_heads, parts)](
-        q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, group, head_size,
-        *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *o_strides, *lse_strides,
-        BLOCK_SIZE=block_size, PARTITION=partition, GROUP_PAD=max(MIN_DOT, triton.next_power_of_2(group)),
-        HEAD_PAD=head_pad, SPLIT=split, UPCAST=interpreted() and q.dtype == torch.bfloat16,
-        PRECISION=dot_precision(q.dtype))
-    if split:
+    else:  # the first kernel writes the output itself: partials and lse are never touched
+        partials, lse = out, out
+    with _zeroed_counts(q.device, batch * n_kv_heads) if fused else contextlib.nullcontext(out) as counts:
+        paged_decode_kernel[(batch, n_kv_heads, parts)](
+            q, k_cache, v_cache, block_tables, context_lens, out, partials, lse, counts, scale * LOG2E, group,
+            head_size, *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *out.stride(),
+            *(partials.stride() if split else (0,) * 4), *(lse.stride()[:2] if split else (0, 0)),
+            BLOCK_SIZE=block_size, PARTITION=partition, GROUP_PAD=max(MIN_DOT, combine_group),
+            HEAD_PAD=head_pad, SPLIT=split, FUSED=fused, COMBINE_GROUP=combine_group,
+            PARTS_BLOCK=min(COMBINE_PARTS, max(2, COMBINE_ELEMENTS // (combine_group * head_pad))),
+            UPCAST=interpreted() and q.dtype == torch.bfloat16, PRECISION=dot_precision(q.dtype))
+    if split and not fused:
         combine_partitions_kernel[(batch, n_heads)](
             partials, lse, context_lens, out, head_size, *partials.stride(), *lse.stride()[:2], *out.stride(),
             PARTITION=partition, HEAD_PAD=head_pad, PARTS_BLOCK=COMBINE_PARTS)
     return out
+
+
+# The fused combine's counters, one int32 per (sequence, kv head), zero between launches (the combining program
+# resets its own). They must outlive a call, so they are cached rather than allocated and zeroed per call (a
+# memset is one more launch, what the fused combine saves). FlashInfer and TensorRT-LLM's XQA take such a buffer
+# from the caller, who owns memory in an engine; a function called eagerly keeps it as PyTorch keeps cuBLAS's
+# workspace: per (device, stream). A stream runs its launches in order, so two calls never share counts, while
+# two streams may run at once and get one buffer each.
+_COUNTS: dict[tuple, torch.Tensor] = {}
+
+
+@contextlib.contextmanager
+def _zeroed_counts(dev: torch.device, n: int):
+    """At least `n` int32 counters, all zero, for one launch on the current stream of `dev`."""
+    key = (dev, torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None)
+    counts = _COUNTS.get(key)
+    if counts is None or counts.numel() < n:  # grown in doubling steps, so a batch that creeps up rarely allocates
+        counts = _COUNTS[key] = torch.zeros(max(n, 2 * (0 if counts is None else counts.numel())),
+                                            dtype=torch.int32, device=dev)
+    try:
+        yield counts
+    except BaseException:
+        # A launch that raised part-way (in the interpreter every program runs inside the call) may have left
+        # counts behind: forget the buffer rather than trust it. On a GPU a fault inside the kernel is reported
+        # later, but it also poisons the CUDA context, so no launch runs after it.
+        _COUNTS.pop(key, None)
+        raise
 
 
 def auto_partition_size(batch: int, n_kv_heads: int, sms: int) -> int | None:
