@@ -8,7 +8,7 @@ float32 buffer in the same processes (aisys.collectives.allreduce_bench): warm-u
 each timed repetition, CUDA events, the median over repetitions and the slowest rank. The ring is
 aisys.collectives.ring.all_reduce without its size check (the bare algorithm). On GPUs a third is
 timed too, the tuned ring (aisys.collectives.pipelined_ring: slices pipelined with their additions, 8
-channels of pairwise communicators, captured in a CUDA graph), and an ablation at 64 MiB and 1 GiB adds
+communicators as channels, captured in a CUDA graph), and an ablation at 64 MiB and 1 GiB adds
 its steps one at a time. Prints the table (size, times, bus bandwidths, ratios to NCCL, the ring's busbw
 as a share of the link's one-way bandwidth), the ablation, and the targets: the readable ring at >= 0.6x
 NCCL's busbw from 64 MiB on 2 GPUs, the tuned ring at >= 0.9x from 64 MiB on any number of GPUs.
@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-size", type=int, help="ranks on CPU (default 2); on GPUs the number of GPUs")
     parser.add_argument("--max-bytes", type=int, help="largest message (default 1 GiB on GPUs, 16 MiB on CPU)")
+    parser.add_argument("--min-bytes", type=int, help="smallest message (default 1 KiB)")
     parser.add_argument("--reps", type=int, help="timed repetitions per size (default 20 on GPUs, 5 on CPU)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
@@ -48,6 +49,7 @@ def main(argv=None) -> int:
     backend = "nccl" if count >= 2 else "gloo"
     world_size = count if backend == "nccl" else (args.world_size or 2)
     sizes = [s for s in allreduce_bench.sweep(backend) if args.max_bytes is None or s <= args.max_bytes]
+    sizes = [s for s in sizes if args.min_bytes is None or s >= args.min_bytes]
     reps = args.reps or (20 if backend == "nccl" else 5)
     if backend == "gloo":
         print("no 2 GPUs here: the ring against gloo's all_reduce, processes on this CPU over loopback")

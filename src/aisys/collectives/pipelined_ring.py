@@ -15,21 +15,23 @@ process group runs its messages on a stream of its own, which waits, at each pos
 queued on the compute stream so far (ProcessGroupNCCL's stream synchronisation): posting slice j after
 adding slice j orders exactly that dependency and no other.
 
-Channels. NCCL runs one send/receive between two ranks on a few of its channels (thread blocks, each
-copying part of the message), and the fewer the larger the communicator: it gives an operation its
-communicator's p2p channels divided by the number of ranks (`scheduleP2pTasksToPlan` in NCCL's enqueue.cc), as
-if every rank talked to every other at once, though a ring talks to two. A slice posted on another communicator
-runs on that communicator's stream, at the same time, on channels of its own. `ring_channels(count)` makes the
-communicators: for each channel, one per edge of the ring, joining just the two ranks of that edge (a
-communicator of two ranks gives an operation twice the channels of one of four), so that rank r sends on the
-edge (r, r + 1) and receives on the edge (r - 1, r). Slice j travels on channel j % count. NCCL's own all-reduce
-does the same inside one kernel: its ring runs on every channel at once.
+Channels. NCCL runs one send/receive between two ranks on only some of its p2p channels (thread blocks,
+each copying part of the message): it gives an operation its communicator's p2p channels divided by the
+number of ranks (`scheduleP2pTasksToPlan` in NCCL's enqueue.cc), as if every rank talked to every other at
+once, though a ring talks to two. NCCL 2.28 on 4 H200s sets up 32 p2p channels, so a send of up to 128 MiB
+runs on 8 thread blocks, against 16 on 2 GPUs: that, and not the host, is why the readable ring reaches
+under half of NCCL's all-reduce on 4 GPUs (benchmarks/allreduce.py, and the book's ring page). A slice posted
+on another communicator runs on that communicator's stream, at the same time, on channels of its own:
+`ring_channels(count)` makes `count` communicators over all ranks, and slice j travels on channel j % count.
+NCCL's own all-reduce does the same inside one kernel: its ring runs on all its channels at once.
+
+Host time. Each post through ProcessGroupNCCL costs the host about a tenth of a millisecond, so that 8
+slices on 4 ranks (48 posts) take longer to queue than NCCL takes to all-reduce 64 MiB.
+`CapturedAllReduce` records the whole ring once as a CUDA graph and replays it for one launch's cost.
 
 Each slice receives into a slot of its own (slices of successive steps differ by an element where chunk
 sizes differ), so that a slice still waiting for its addition is never overwritten by the next step's.
 """
-
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -39,7 +41,7 @@ from .ring import _chunk, _prepare, chunk_bounds
 
 SLICE_BYTES = 16 * 2**20  # slices no smaller than this, beyond one per channel: each message costs a launch
 MAX_SLICES = 16
-CHANNELS = 8  # what the captured ring uses by default: the best of 1 to 8 on 2 and 4 H200s (benchmarks/allreduce.py)
+CHANNELS = 8  # the best of 1, 2, 4 and 8 on 2 and 4 H200s (benchmarks/allreduce.py)
 
 
 def default_slices(nbytes: int, p: int, channels: int = 1) -> int:
@@ -50,40 +52,19 @@ def default_slices(nbytes: int, p: int, channels: int = 1) -> int:
     return max(positive_int("channels", channels), min(MAX_SLICES, chunk // SLICE_BYTES))
 
 
-@dataclass(frozen=True)
-class Channel:
-    """The process groups one channel sends on (to the successor) and receives on (from the predecessor)."""
-
-    send: object
-    receive: object
-
-
-def ring_channels(count: int = CHANNELS, *, pairwise: bool = True) -> list[Channel]:
-    """`count` channels of communicators for the ring. Every rank must call it, at the same point.
-
-    pairwise (with p > 2): each edge (e, e + 1) of each channel gets a process group of its two ranks; otherwise
-    (and with p = 2, where the one pair is both edges) each channel is one group of all ranks. Creating a group is
-    collective over the world, so every rank creates every group, in one order, and keeps those it belongs to
-    (torch.distributed.new_group's rule). A communicator is set up by its first operation, which waits for every
-    member: the first operations on the edges go in order of edge, so that no rank waits for one that waits in turn
-    on it (rank r would set up (r, r + 1) while r + 1 sets up (r + 1, r + 2), around the ring: a deadlock)."""
+def ring_channels(count: int = CHANNELS) -> list:
+    """`count` process groups over all ranks, for `all_reduce(..., channels=)`. Every rank must call it at the
+    same point (creating a group is collective over the world). Each group's communicator is set up here, by a
+    barrier, rather than by its first message (which must not happen inside a CUDA graph's capture)."""
     count = positive_int("count", count)
-    rank, p = dist.get_rank(), dist.get_world_size()
-    channels = []
-    for _ in range(count):
-        if p <= 2 or not pairwise:
-            group = dist.new_group(list(range(p)))
-            channels.append(Channel(group, group))
-            continue
-        edges = [dist.new_group(sorted({e, (e + 1) % p})) for e in range(p)]
-        for e in (e for e in range(p) if rank in (e, (e + 1) % p)):
-            dist.barrier(group=edges[e])  # sets up this edge's communicator, in the one order every rank follows
-        channels.append(Channel(send=edges[rank], receive=edges[(rank - 1) % p]))
-    return channels
+    groups = [dist.new_group(list(range(dist.get_world_size()))) for _ in range(count)]
+    for group in groups:
+        dist.barrier(group=group)
+    return groups
 
 
 def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, *, slices: int | None = None,
-               channels: list[Channel] | None = None, check_sizes: bool = True) -> torch.Tensor:
+               channels: list | None = None, check_sizes: bool = True) -> torch.Tensor:
     """Reduce `tensor` over all ranks in place with the ring's messages, pipelined by slices; returns it.
 
     `slices`: pieces per chunk (default `default_slices`). `channels`: from `ring_channels`,
@@ -94,7 +75,7 @@ def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, *, slices: int | None
     flat = tensor.view(-1)
     if p == 1 or flat.numel() == 0:
         return tensor
-    channels = list(channels) if channels else [Channel(None, None)]
+    channels = list(channels) if channels else [None]  # None: the default group
     nbytes = flat.numel() * flat.element_size()
     slices = default_slices(nbytes, p, len(channels)) if slices is None else positive_int("slices", slices)
     bounds = chunk_bounds(flat.numel(), p)
@@ -136,18 +117,16 @@ def _pieces(chunk: torch.Tensor, slices: int) -> list[torch.Tensor]:
     return [chunk[start:stop] for start, stop in chunk_bounds(chunk.numel(), slices)]
 
 
-def _post(send, receive, rank, p, channel: Channel) -> list:
-    """Post a send to the successor and a receive from the predecessor on `channel`; the works, not waited on.
-
-    On one group both go in one batch (two batches on one stream would wait on each other: a deadlock); on two
-    groups, one batch each, on the groups' own streams."""
-    sends = [dist.P2POp(dist.isend, send, (rank + 1) % p, channel.send)] if send.numel() else []
-    receives = [dist.P2POp(dist.irecv, receive, (rank - 1) % p, channel.receive)] if receive.numel() else []
-    if channel.send is channel.receive:
-        batches = [sends + receives]
-    else:
-        batches = [sends, receives]
-    return [work for batch in batches if batch for work in dist.batch_isend_irecv(batch)]
+def _post(send, receive, rank, p, group) -> list:
+    """Post a send to the successor and a receive from the predecessor, in one batch on `group`; the works, not
+    waited on. (Two batches on one group would run one after the other on its stream: each rank's send would wait
+    for a receive its successor posts only after its own send, around the ring: a deadlock.)"""
+    operations = []
+    if send.numel():
+        operations.append(dist.P2POp(dist.isend, send, (rank + 1) % p, group))
+    if receive.numel():
+        operations.append(dist.P2POp(dist.irecv, receive, (rank - 1) % p, group))
+    return dist.batch_isend_irecv(operations) if operations else []
 
 
 def _wait(works) -> None:
@@ -180,3 +159,26 @@ class CapturedAllReduce:
     def __call__(self) -> torch.Tensor:
         self.graph.replay()
         return self.tensor
+
+
+def nccl_p2p_channels(nbytes: int, n_ranks: int, p2p_channels: int, per_peer: int,
+                      chunk_bytes: int = 512 * 2**10) -> int:
+    """Thread blocks (channels) NCCL gives one send or receive of `nbytes` within a node: its rule in
+    `scheduleP2pTasksToPlan` and `addP2pToPlan` (src/enqueue.cc, NCCL 2.28). `p2p_channels` and `per_peer` are what
+    NCCL's log reports at start ("32 p2p channels, 32 p2p channels per peer"), `chunk_bytes` its "P2P Chunksize".
+
+    An operation starts from per_peer halved until per_peer x n_ranks fits in p2p_channels, and doubles (up to
+    per_peer) only while each channel's part exceeds 32 chunks."""
+    nbytes, n_ranks = positive_int("nbytes", nbytes), positive_int("n_ranks", n_ranks)
+    p2p_channels, per_peer = positive_int("p2p_channels", p2p_channels), positive_int("per_peer", per_peer)
+    chunk_bytes = positive_int("chunk_bytes", chunk_bytes)
+    least = per_peer
+    while least * n_ranks > p2p_channels and least > 1:
+        least //= 2
+    smallest_part, largest_part = chunk_bytes // 8, chunk_bytes * 32
+    channels = min(least, -(-nbytes // smallest_part))
+    part = max(smallest_part, -(-nbytes // channels))
+    while part > largest_part and channels <= per_peer // 2:
+        channels *= 2
+        part = -(-nbytes // channels)
+    return channels
