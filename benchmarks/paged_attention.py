@@ -8,7 +8,7 @@ blocks of 16 tokens from a pool handed out in random order (a realistic scattere
 Measured with aisys.bench (CUDA events, L2 flushed, two input sets), against the copy bandwidth measured
 at the start and the datasheet's HBM peak. Rows, by name:
 
-- "paged decode": the kernel as it chooses by default (its partition rule "auto" and its default `COMBINE`);
+- "paged decode": the kernel as it chooses by default (its `PARTITION_RULE` and its `COMBINE`);
 - "paged decode, auto" and "paged decode, grid": the two partition rules (`auto_partition_size`: partitions
   of 512 tokens only when one program per sequence and kv head would leave SMs idle; `grid_partition_size`:
   about two programs per SM, partitions of 64 to 512 tokens), their partitions combined by a second kernel;

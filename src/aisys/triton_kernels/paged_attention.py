@@ -39,7 +39,7 @@ each byte of K and V crosses the bus once:
   bandwidth, and what the second kernel adds (its launch, and the wait for the first kernel's last program
   before any of it starts) is fixed; the fused combine pays instead an atomic per program and a tail in which
   one program per (sequence, kv head) reads all its group's partials. Which wins, and with which partition
-  rule, is measured (benchmarks/paged_attention.py); `COMBINE` is the default, a one-line switch.
+  rule, is measured (benchmarks/paged_attention.py); `COMBINE` and `PARTITION_RULE` are the defaults it chose.
 
 Accumulation is float32 whatever the cache's dtype (float32, float16 or bfloat16); the probabilities are
 rounded to the cache's dtype before the p.v product, as FlashAttention does. The result has q's dtype.
@@ -64,7 +64,10 @@ PARTITION_SIZE = 512  # tokens per split-K program, vLLM's paged_attention_v2 ch
 GRID_MIN_PARTITION = 64  # "grid" splits no finer: a program then reads 64 tokens' K and V against 1 partial row
 GRID_PROGRAMS_PER_SM = 2  # "grid" splits until the first kernel has this many programs per SM
 COMBINES = ("kernel", "fused")  # who combines a split context's partitions: a second kernel, or the last program
-COMBINE = "kernel"  # the default: a one-line switch, to "fused" if the H100 A/B shows it faster (issue 24)
+# The defaults, from the A/B on an H100 (book/07-inference/paged_decode_ab_h100.json): "grid" with "fused" was the
+# fastest or within 5% of it at every shape, and took batch 1 at context 4096 from 0.79x SDPA's speed to 0.92x.
+COMBINE = "fused"
+PARTITION_RULE = "grid"
 COMBINE_PARTS = 16  # partitions a combining step loads at most
 COMBINE_ELEMENTS = 4096  # partial values a fused combining step loads: fewer dependent trips to L2, more registers
 MIN_DOT = 16  # tl.dot's smallest dimension
@@ -261,7 +264,7 @@ def combine_partitions_kernel(partial_ptr, lse_ptr, lens_ptr, out_ptr, head_size
 
 def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, *, scale: float | None = None,
-                           partition_size: int | None | str = "auto", combine: str = COMBINE,
+                           partition_size: int | None | str = PARTITION_RULE, combine: str = COMBINE,
                            max_context_len: int | None = None) -> torch.Tensor:
     """(B, nh, hs): attention of each sequence's one new query over its paged context, as
     `aisys.inference.paged_attention.paged_attention` computes it.
@@ -271,9 +274,9 @@ def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     scale: default 1 / sqrt(hs). partition_size: tokens per split-K program, a power of two >= 16, None
     for one program per (sequence, kv head) over its whole context, "auto" (`auto_partition_size`: 512
     tokens when the unsplit grid leaves SMs idle), or "grid" (`grid_partition_size`: the partition chosen
-    from the grid and the longest context, so that a batch of 1 still fills the SMs).
+    from the grid and the longest context, so that a batch of 1 still fills the SMs; the default).
     combine: who combines the partitions of a split context: "kernel" (a second kernel) or "fused" (the last
-    program of each sequence and kv head to finish, in the one launch).
+    program of each sequence and kv head to finish, in the one launch; the default).
     max_context_len: at least the longest context (it sizes the grid). An engine knows it on the host; given it,
     the tensors' contents are not read back (no device-to-host copy, no wait), and only their shapes,
     dtypes and devices are checked. Left None, context_lens and block_tables are copied to the host and
@@ -298,8 +301,8 @@ def paged_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"scale must be a finite number, got {scale}")
     if partition_size == "auto":
         partition_size = auto_partition_size(batch, n_kv_heads, _sm_count(q.device))
-    elif partition_size == "grid":
-        partition_size = grid_partition_size(batch, n_kv_heads, _sm_count(q.device), max_context_len)
+    elif partition_size == "grid":  # (an empty batch launches nothing: any partition will do)
+        partition_size = grid_partition_size(max(batch, 1), n_kv_heads, _sm_count(q.device), max_context_len)
     parts = num_partitions(max_context_len, partition_size)
     out = torch.empty_like(q)
     if batch == 0:
