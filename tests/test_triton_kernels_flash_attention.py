@@ -14,29 +14,16 @@ import pytest
 import torch
 
 from aisys.triton_kernels import flash_attention as fa
+from launches import record_launches
 from aisys.triton_kernels.flash_attention import flash_attention, sdpa
 
 KERNELS = {"readable": "flash_attention_kernel", "tuned": "flash_attention_tma_kernel"}
 
 
-class _Recorder:
-    """Stands for a kernel in the module: notes its name at each launch, then launches it."""
-
-    def __init__(self, kernel, name, launched):
-        self.kernel, self.name, self.launched = kernel, name, launched
-
-    def __getitem__(self, grid):
-        self.launched.append(self.name)
-        return self.kernel[grid]
-
-
 @pytest.fixture
 def launched(monkeypatch):
     """The kinds ("readable", "tuned") of the forward kernels launched during the test, in order."""
-    names = []
-    for kind, attribute in KERNELS.items():
-        monkeypatch.setattr(fa, attribute, _Recorder(getattr(fa, attribute), kind, names))
-    return names
+    return record_launches(monkeypatch, fa, {attribute: kind for kind, attribute in KERNELS.items()})
 
 
 def _qkv(device, batch, n_heads, n_kv_heads, t_q, t_k, head_size, dtype=torch.float32, scale=1.0, seed=0):

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from aisys.triton_kernels import layernorm
 from aisys.triton_kernels.layernorm import launch_config, layer_norm, rms_norm
+from launches import record_launches
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # (rtol, atol) against float64: a few units in the last place of float32, one of float16 and bfloat16.
@@ -27,25 +28,12 @@ def kw(monkeypatch):
     return select
 
 
-class _Recorder:
-    """Stands for a kernel in the module: notes its name at each launch, then launches it."""
-
-    def __init__(self, kernel, name, launched):
-        self.kernel, self.name, self.launched = kernel, name, launched
-
-    def __getitem__(self, grid):
-        self.launched.append(self.name)
-        return self.kernel[grid]
-
-
 @pytest.fixture
 def launched(monkeypatch):
     """The names of the kernels launched during the test, in order."""
-    names = []
-    for name in ("layer_norm_row_kernel", "layer_norm_kernel", "layer_norm_tuned_kernel", "rms_norm_row_kernel",
-                 "rms_norm_kernel", "rms_norm_tuned_kernel"):
-        monkeypatch.setattr(layernorm, name, _Recorder(getattr(layernorm, name), name, names))
-    return names
+    names = ("layer_norm_row_kernel", "layer_norm_kernel", "layer_norm_tuned_kernel", "rms_norm_row_kernel",
+             "rms_norm_kernel", "rms_norm_tuned_kernel")
+    return record_launches(monkeypatch, layernorm, {name: name for name in names})
 
 
 def _data(device, shape, dtype, seed=0, offset=0.0):
