@@ -109,3 +109,33 @@ def test_a_load_past_the_end_is_an_error_and_launches_are_counted(torch_device):
                                          r"\(`tl.store.*`\): 28 of its 32 lanes fall outside them, the first just "
                                          r"past the end of `x_ptr` \(100 float32 elements\)"):
         unmasked_sum_kernel[(4,)](x, out, 100, BLOCK=32)
+
+
+def test_a_kernel_loops_from_a_scalar_where_triton_converts_it_as_triton_3_6_does(torch_device, monkeypatch):
+    """Triton 3.6's interpreter takes a scalar's index as int() of its one-element array of shape (1,), which
+    NumPy 2.4 refuses; Triton 3.9 squeezes first. Here 3.6's conversion stands in for 3.9's: the bounds-checking
+    wrapper must give the kernel's `range` its scalars either way."""
+    if torch_device != "cpu":
+        pytest.skip("the interpreter runs on a CPU")
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    patch_lang_tensor = interpreter._patch_lang_tensor
+
+    def as_triton_3_6(tensor, scope):
+        patch_lang_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))
+
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", as_triton_3_6)
+
+    @triton.jit
+    def count_kernel(out_ptr, n):
+        total = 0
+        for i in range(tl.program_id(0), n):  # both bounds scalars of the interpreter
+            total += 1
+        tl.store(out_ptr + tl.program_id(0), total)
+
+    out = torch.zeros(3, dtype=torch.int32)
+    count_kernel[(3,)](out, 5)
+    assert out.tolist() == [5, 4, 3]

@@ -91,9 +91,11 @@ def install() -> None:
     global _installed
     if _installed or not interpreted():
         return
+    import triton.language as tl
     from triton.runtime import interpreter
 
     builder, executor = interpreter.InterpreterBuilder, interpreter.GridExecutor
+    patch_lang = interpreter._patch_lang
     load, store, rmw, cas, dot = (builder.create_masked_load, builder.create_masked_store, builder.create_atomic_rmw,
                                   builder.create_atomic_cas, builder.create_dot)
     init_args, run = executor._init_args_hst, executor.__call__
@@ -160,12 +162,25 @@ def install() -> None:
         for recorder in _recorders:
             recorder.append(done)
 
+    def _patch_lang(fn):
+        scope = patch_lang(fn)  # what Triton swaps into triton.language for one launch, undone after it
+        scope.set_attr(tl.tensor, "__index__", _scalar_index)
+        return scope
+
     for name, patched in [("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
                           ("create_atomic_rmw", create_atomic_rmw), ("create_atomic_cas", create_atomic_cas),
                           ("create_dot", create_dot)]:
         setattr(builder, name, patched)
     executor._init_args_hst, executor.__call__ = _init_args_hst, __call__
+    interpreter._patch_lang = _patch_lang
     _installed = True
+
+
+def _scalar_index(tensor) -> int:
+    """A scalar of the interpreter as an index (`range(start, T)` in a kernel). The interpreter holds a scalar as a
+    one-element array of shape (1,); Triton 3.6 converts it with int(array), which NumPy 2.4 refuses for arrays of
+    more than 0 dimensions (Triton 3.9 squeezes first, as here)."""
+    return int(tensor.handle.data.squeeze())
 
 
 def _extents(name, value, interpreter):
