@@ -46,15 +46,12 @@ def _truth(q, k, v, do, causal):
 
 
 def _case(rng, batch, heads, kv_heads, t_q, t_k, hs, causal, dtype):
+    """The launcher's arguments, and the float64 [dq, dk, dv] they must give."""
     q, do = (as_sent(rng.standard_normal((batch, heads, t_q, hs)), dtype) for _ in range(2))
     k, v = (as_sent(rng.standard_normal((batch, kv_heads, t_k, hs)), dtype) for _ in range(2))
-    o, lse = _truth(q, k, v, do, causal)[:2]
+    o, lse, *grads = _truth(q, k, v, do, causal)
     return {"q": q, "k": k, "v": v, "o": as_sent(o, dtype), "lse": lse.astype(np.float32), "do": do,
-            "causal": causal, "dtype": dtype}
-
-
-def _expected(q, k, v, o, lse, do, causal, dtype):
-    return _truth(q, k, v, do, causal)[2:]
+            "causal": causal, "dtype": dtype}, grads
 
 
 def _hint(case, got, expected):
@@ -91,8 +88,17 @@ def _hint(case, got, expected):
             "log; then dS = P * (dP - delta).")
 
 
-def _grads(student, cases, hidden, tolerance=None):
-    """The kernels' [dq, dk, dv] on each case against the float64 truth."""
+def _grads(student, rng, plan, dtype, hidden, tolerance=None):
+    """The kernels' [dq, dk, dv] on each case of `plan` (_case's shapes) against the float64 truth."""
+    cases, truths = [], {}
+    for shape in plan:
+        case, grads = _case(rng, *shape, dtype)
+        cases.append(case)
+        truths[id(case["q"])] = grads  # computed with the case, once: the reference looks it up by its q
+
+    def expected(q, **_):
+        return truths[id(q)]
+
     def compare(got, expected, case):
         if not isinstance(got, list) or len(got) != 3:
             raise CheckFailure(f"result: expected [dq, dk, dv], got {type(got).__name__} of {len(got)}")
@@ -106,7 +112,7 @@ def _grads(student, cases, hidden, tolerance=None):
                 rtol, atol = 0.0, tolerance * float(np.abs(e).max())
             assert_close(g, e, rtol=rtol, atol=atol, where=name)
 
-    compare_cases(student, "flash_attention_backward", cases, _expected, returns="list", hidden=hidden,
+    compare_cases(student, "flash_attention_backward", cases, expected, returns="list", hidden=hidden,
                   compare=compare, hint=_hint)
 
 
@@ -118,7 +124,7 @@ def backward_full(student, rng, hidden):
     else:
         plan = [(1, 1, 1, 1, 1, 16), (1, 1, 1, 15, 17, 16), (1, 1, 1, 33, 7, 16),
                 (1, 1, 1, int(rng.integers(2, 40)), int(rng.integers(2, 40)), 32)]
-    _grads(student, [_case(rng, *p, False, "fp32") for p in plan], hidden)
+    _grads(student, rng, [(*p, False) for p in plan], "fp32", hidden)
 
 
 @check(points=3)
@@ -130,20 +136,29 @@ def backward_causal(student, rng, hidden):
         plan = [(1, 1, 1, 1, 1, 16), (1, 1, 1, 17, 17, 16), (1, 1, 1, 20, 35, 16)]
         t_q = int(rng.integers(2, 30))
         plan.append((1, 1, 1, t_q, t_q + int(rng.integers(0, 10)), 16))
-    _grads(student, [_case(rng, *p, True, "fp32") for p in plan], hidden)
+    _grads(student, rng, [(*p, True) for p in plan], "fp32", hidden)
 
 
 @check(points=2)
 def backward_gqa(student, rng, hidden):
     """Grouped-query attention: dK and dV of a kv head sum over its 2 or 4 query heads, causal and not."""
     if not hidden:
-        plan = [(1, 2, 1, 33, 33, 16, True), (1, 4, 1, 17, 20, 16, False)]
+        plan = [(1, 2, 1, 20, 20, 16, True), (1, 4, 1, 9, 20, 16, False)]
     else:
-        plan = [(2, 2, 1, 17, 17, 16, False), (1, 4, 1, 5, 33, 16, True), (1, 2, 1, 1, 19, 32, True)]
-    _grads(student, [_case(rng, *p, "fp32") for p in plan], hidden)
+        plan = [(2, 2, 1, 9, 17, 16, False), (1, 4, 1, 5, 20, 16, True), (1, 2, 1, 1, 19, 32, True)]
+    _grads(student, rng, plan, "fp32", hidden)
 
 
-RECOMPUTE_T, RECOMPUTE_HS = 48, 16  # a prefill of 3 x 3 tiles of 16 in the launcher: causal needs 6 of the 9
+# Prefills profiled, in the launcher's tiles of 16: 2 x 2 tiles show the tl.dot work per pair of tiles; a causal one
+# needs 3 x 3, of which it visits 6 (of 2 x 2 it would visit 3, too near all 4 to tell skipping from not).
+RECOMPUTE_T = {False: 32, True: 48}
+RECOMPUTE_HS = 16
+
+
+def _dot_budget(t, hs):
+    """tl.dot multiply-adds of the backward of a t-token prefill, 7 products per pair of tiles: dkdv: k q^T, P^T dO,
+    v dO^T, dS^T q; dq: q k^T, dO v^T, dS k."""
+    return 7 * t * t * hs
 
 
 @check(points=2)
@@ -151,9 +166,9 @@ def backward_recomputes(student, rng, hidden):
     """The kernels recompute P from lse and store nothing but delta, dQ, dK, dV: stores, lse read and tl.dot
     multiply-adds counted in the grader's Triton interpreter; causal skips the tiles past the diagonal."""
     work = {}
-    t, hs = RECOMPUTE_T, RECOMPUTE_HS
-    for causal in (False, True):
-        case = _case(rng, 1, 1, 1, t, t, hs, causal, "fp32")
+    hs = RECOMPUTE_HS
+    for causal, t in RECOMPUTE_T.items():
+        case, _ = _case(rng, 1, 1, 1, t, t, hs, causal, "fp32")
         _, launches = student.profiled_call("flash_attention_backward", returns="list", dialect="triton", **case)
         stored = sum(launch["stored"] for launch in launches)
         if stored > 3 * t * hs + t:
@@ -164,16 +179,18 @@ def backward_recomputes(student, rng, hidden):
             raise CheckFailure("no kernel reads lse: P = exp2(s * scale_log2 - lse * log2(e)) comes from the stored "
                                "log-sum-exp, without passing over the keys again for the row max and sum.")
         work[causal] = sum(launch["dot_macs"] for launch in launches)
-    budget = 7 * t * t * hs  # dkdv: k q^T, P^T dO, v dO^T, dS^T q; dq: q k^T, dO v^T, dS k
-    if work[False] > budget:
-        raise CheckFailure(f"the backward of a {t}-token prefill does {work[False] / budget:.2g} x the tl.dot "
-                           "multiply-adds of 7 products per pair of tiles: read P from lse (one exp2 per score) "
-                           "instead of recomputing the row max and sum from the scores.")
-    if work[True] > 0.7 * work[False]:
-        raise CheckFailure(f"the causal backward of a {t}-token prefill does {work[True] / work[False]:.0%} of the "
-                           "non-causal one's tl.dot work: a key block's first query block is the one holding row "
-                           "BLOCK_N * program_id(0) - (T_K - T_Q), and a query block's last key block the one "
-                           "holding its last query's position; the tiles beyond are all masked.")
+    t = RECOMPUTE_T[False]
+    if work[False] > _dot_budget(t, hs):
+        raise CheckFailure(f"the backward of a {t}-token prefill does {work[False] / _dot_budget(t, hs):.2g} x the "
+                           "tl.dot multiply-adds of 7 products per pair of tiles: read P from lse (one exp2 per "
+                           "score) instead of recomputing the row max and sum from the scores.")
+    t = RECOMPUTE_T[True]
+    if work[True] > 0.7 * _dot_budget(t, hs):
+        raise CheckFailure(f"the causal backward of a {t}-token prefill does {work[True] / _dot_budget(t, hs):.0%} "
+                           "of the tl.dot work of a non-causal one (7 products per pair of tiles): a key block's "
+                           "first query block is the one holding row BLOCK_N * program_id(0) - (T_K - T_Q), and a "
+                           "query block's last key block the one holding its last query's position; the tiles beyond "
+                           "are all masked.")
 
 
 @check(points=2)
@@ -185,4 +202,4 @@ def backward_gpu(student, rng, hidden):
     else:
         plan = [(1, 4, 2, 512, 512, 128, True), (1, 2, 2, 1, 129, 64, True), (1, 2, 1, 129, 129, 64, False),
                 (1, 2, 2, 64, 700, 128, True)]
-    _grads(student, [_case(rng, *p, "bf16") for p in plan], hidden, tolerance=GPU_RELATIVE)
+    _grads(student, rng, plan, "bf16", hidden, tolerance=GPU_RELATIVE)

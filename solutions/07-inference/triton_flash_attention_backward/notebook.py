@@ -255,8 +255,8 @@ def naive_grads(q, k, v, do, causal):
 
 
 rng = np.random.default_rng(0)
-q, do = (rng.standard_normal((1, 2, 33, 16)).astype(np.float32) for _ in range(2))
-k, v = (rng.standard_normal((1, 1, 33, 16)).astype(np.float32) for _ in range(2))
+q, do = (rng.standard_normal((1, 2, 20, 16)).astype(np.float32) for _ in range(2))
+k, v = (rng.standard_normal((1, 1, 20, 16)).astype(np.float32) for _ in range(2))
 o, lse, *expected = naive_grads(q, k, v, do, True)
 got = flash_attention_backward(q, k, v, o.astype(np.float32), lse.astype(np.float32), do, True, "fp32")
 print([float(np.abs(g - e).max()) for g, e in zip(got, expected)])
@@ -282,12 +282,13 @@ check("backward_gqa", hidden=True)
 # %% [markdown]
 # ## P is recomputed, never stored
 #
-# The grader runs `flash_attention_backward` again in Triton's interpreter, on a 48-token prefill
-# with head size 16, and reads what the launches did: the kernels store only delta, dQ, dK and dV
-# (nothing of size T x T), read the stored lse, and multiply no more than the 7 `tl.dot`s per pair
-# of (query, key) tiles this design needs (the 5 of algorithm 2, plus q k^T and dO v^T again in the
-# dQ pass); a second pass to find the row max and sum again, instead of reading lse, costs more.
-# Causal, the blocks past the diagonal are skipped in both kernels, about half the work.
+# The grader runs `flash_attention_backward` again in Triton's interpreter, on a 32-token prefill
+# and a causal 48-token one, head size 16, and reads what the launches did: the kernels store only
+# delta, dQ, dK and dV (nothing of size T x T), read the stored lse, and multiply no more than the
+# 7 `tl.dot`s per pair of (query, key) tiles this design needs (the 5 of algorithm 2, plus q k^T
+# and dO v^T again in the dQ pass); a second pass to find the row max and sum again, instead of
+# reading lse, costs more. Causal, the blocks past the diagonal are skipped in both kernels, about
+# half the work (6 of the 9 pairs of tiles at 48 tokens).
 
 # %% tags=["check"]
 check("backward_recomputes")
