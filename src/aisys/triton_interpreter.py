@@ -49,6 +49,7 @@ class Launch:
 
 
 _running: Launch | None = None
+_patched: set[frozenset] = set()  # the triton.language modules Triton has patched in the launch running, as sets
 _recorders: list[list] = []
 _installed = False
 
@@ -148,6 +149,7 @@ def install() -> None:
         grid = self.grid
         shown = tuple(grid) if isinstance(grid, (tuple, list)) else ()
         _running = Launch(self.fn.__name__, shown, int(np.prod(shown)) if shown else 0)
+        _patched.clear()
         try:
             run(self, *args, **kwargs)
         except interpreter.InterpreterError as error:
@@ -163,8 +165,18 @@ def install() -> None:
             recorder.append(done)
 
     def _patch_lang(fn):
-        scope = patch_lang(fn)  # what Triton swaps into triton.language for one launch, undone after it
+        """What Triton swaps into triton.language for one launch, undone after it. Triton does it again at each call
+        of a @triton.jit function inside the kernel (tl.zeros, tl.sum: a few ms each, a third of a small kernel's
+        time); where the modules that function sees were patched already in this launch, that is done already."""
+        langs = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
+        key = frozenset(map(id, langs))
+        in_place = not any(tl.core.is_builtin(lang.program_id) for lang in langs)  # the interpreter's, not Triton's
+        if _running is not None and key in _patched and in_place:
+            return interpreter._LangPatchScope()  # nothing to undo
+        scope = patch_lang(fn)
         scope.set_attr(tl.tensor, "__index__", _scalar_index)
+        if _running is not None:
+            _patched.add(key)
         return scope
 
     for name, patched in [("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
