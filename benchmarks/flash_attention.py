@@ -76,18 +76,6 @@ def check_target(rows) -> list[str]:
     return lines
 
 
-def tuned_against_readable(rows) -> list[str]:
-    """One line per tuned row: its speed against SDPA beside the readable kernel's at the same size, same run."""
-    by = {(r.name, r.size): r for r in rows}
-    lines = []
-    for r in rows:
-        old = by.get((r.name.removesuffix(" tuned") + " readable", r.size))
-        if r.name.endswith(" tuned") and old is not None and r.speedup and old.speedup:
-            lines.append(f"{old.name:22} {r.size:>16}  readable {old.speedup:.2f}x SDPA, tuned {r.speedup:.2f}x SDPA "
-                         f"({old.seconds / r.seconds:.2f}x the readable kernel's speed)")
-    return lines
-
-
 def tuned_configs() -> dict[str, str]:
     """The config the autotuner chose for each shape the tuned kernel ran at, by "Tq x Tk hs causal|full"."""
     chosen = {}
@@ -132,7 +120,7 @@ def main(path: Path) -> None:
     if dev == "cuda":
         print("\n== target (issue 8)\n" + "\n".join(check_target(rows)))
         print("\n== tuned against readable (issue 24: hs 128 >= 0.85x SDPA, hs 64 >= 0.95x)\n"
-              + "\n".join(tuned_against_readable(rows)))
+              + "\n".join(bench.tuned_against_readable(rows, "SDPA")))
     saved = {"device": device.describe(), "rows": [dataclasses.asdict(r) for r in rows]}
     if dev == "cuda":
         import triton

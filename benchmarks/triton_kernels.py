@@ -120,19 +120,6 @@ def check_targets(rows) -> list[str]:
     return lines
 
 
-def tuned_against_readable(rows) -> list[str]:
-    """One line per tuned row: its speed and the readable kernel's, both against torch in this run."""
-    by = {(r.name, r.size): r for r in rows}
-    lines = []
-    for r in rows:
-        old = by.get((r.name.removesuffix(" tuned") + " readable", r.size))
-        if not r.name.endswith(" tuned") or old is None or not r.speedup or not old.speedup:
-            continue
-        lines.append(f"{old.name:24} {r.size:>10}  readable {old.speedup:.2f}x torch, tuned {r.speedup:.2f}x torch "
-                     f"({old.seconds / r.seconds:.2f}x the readable kernel's speed)")
-    return lines
-
-
 def main(folder: Path) -> None:
     if not folder.is_dir():
         raise SystemExit(f"{folder} is not a folder: give an existing folder for the plots (default /tmp)")
@@ -149,7 +136,7 @@ def main(folder: Path) -> None:
     if dev == "cuda":
         print("\n== targets (issue 5)\n" + "\n".join(check_targets(everything)))
         print("\n== tuned long-row norms against the readable (issue 24: >= 1.0x torch at 1024 x 65536)\n"
-              + "\n".join(tuned_against_readable(everything)))
+              + "\n".join(bench.tuned_against_readable(everything, "torch")))
     wrong = [f"{r.name} {r.size}" for r in everything if not r.correct]
     (folder / "triton_kernels.json").write_text(json.dumps(
         {"device": device.describe(), "rows": [dataclasses.asdict(r) for r in everything]}, indent=1))

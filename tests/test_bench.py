@@ -286,3 +286,16 @@ def test_on_a_gpu_the_hosts_launch_overhead_is_not_timed():
 def test_gpu_label_is_the_short_name_stored_measurements_carry():
     assert bench.gpu_label("NVIDIA H100 80GB HBM3") == "h100" and bench.gpu_label("NVIDIA H200") == "h200"
     assert bench.gpu_label("NVIDIA A100-SXM4-80GB") == "a100"
+
+
+def test_tuned_against_readable_pairs_each_tuned_row_with_its_readable_twin_at_the_same_size():
+    def row(name, size, seconds, baseline_seconds):
+        return Row(name=name, size=size, device="cuda", device_name="gpu", seconds=seconds, correct=True, max_error=0,
+                   baseline_seconds=baseline_seconds)
+
+    rows = [row("norm readable", "1x8", 2.0, 1.0), row("norm tuned", "1x8", 0.5, 1.0),
+            row("norm tuned", "1x16", 0.5, 1.0),  # no readable twin at this size: no line
+            row("other", "1x8", 1.0, 1.0)]
+    (line,) = bench.tuned_against_readable(rows, "torch")
+    assert line == ("norm readable 1x8  readable 0.50x torch, tuned 2.00x torch (4.00x the readable kernel's speed)")
+    assert bench.tuned_against_readable(rows[2:], "torch") == []

@@ -236,6 +236,23 @@ def table(rows) -> str:
     return "\n".join(_header(rows) + ["", _grid(headers, body)])
 
 
+def tuned_against_readable(rows, baseline: str) -> list[str]:
+    """One line per row named '<kernel> tuned' that has a '<kernel> readable' twin at the same size: both speeds
+    against `baseline` (the baseline's name in the lines) in this run, and the tuned kernel's over the readable's."""
+    rows = _rows(rows)
+    by = {(r.name, r.size): r for r in rows}
+    pairs = [(by.get((r.name.removesuffix(" tuned") + " readable", r.size)), r)
+             for r in rows if r.name.endswith(" tuned")]
+    pairs = [(old, new) for old, new in pairs if old is not None and old.speedup and new.speedup]
+    if not pairs:
+        return []
+    name_width = max(len(old.name) for old, _ in pairs)
+    size_width = max(len(new.size) for _, new in pairs)
+    return [f"{old.name:{name_width}} {new.size:>{size_width}}  readable {old.speedup:.2f}x {baseline}, "
+            f"tuned {new.speedup:.2f}x {baseline} ({old.seconds / new.seconds:.2f}x the readable kernel's speed)"
+            for old, new in pairs]
+
+
 def plot(rows, path) -> Path:
     """Save a figure of GB/s (or TFLOP/s) against size, one panel per kernel, with the roofs; returns the path."""
     from matplotlib.figure import Figure  # no pyplot: no global backend, works headless
