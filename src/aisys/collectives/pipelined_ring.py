@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from .._validate import positive_int
-from .ring import _chunk, _prepare, chunk_bounds
+from .ring import _chunk, _prepare, chunk_bounds, post_exchange
 
 SLICE_BYTES = 16 * 2**20  # slices no smaller than this, beyond one per channel: each message costs a launch
 MAX_SLICES = 16
@@ -85,12 +85,14 @@ def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, *, slices: int | None
         return _pieces(_chunk(flat, bounds, c), slices)
 
     def post(j, send, receive):
-        return _post(send, receive, rank, p, channels[j % len(channels)])
+        # one batch per slice on its channel: a send and a receive in two batches on one group's stream would each
+        # wait for the other around the ring (a deadlock)
+        return post_exchange(send, receive, channels[j % len(channels)])
 
     # reduce-scatter: slice j of step s + 1 is posted once slice j of step s is added
     # (a received piece has the length of the piece of the same chunk on this rank: chunks can differ by one)
-    pending = [post(j, send, slots[j, :into.numel()]) for j, (send, into) in
-               enumerate(zip(pieces(rank), pieces(rank - 1)))]
+    own = pieces(rank)
+    pending = [post(j, send, slots[j, :into.numel()]) for j, (send, into) in enumerate(zip(own, pieces(rank - 1)))]
     for step in range(p - 1):
         completing = pieces(rank - step - 1)  # the chunk this step completes, sent on at the next step
         receiving = pieces(rank - step - 2)  # the chunk the next step receives
@@ -100,13 +102,13 @@ def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, *, slices: int | None
             if step < p - 2:
                 pending[j] = post(j, mine, slots[j, :receiving[j].numel()])
             else:  # the chunk is final: the all-gather's first step sends it on, receiving into the tensor
-                pending[j] = post(j, mine, pieces(rank)[j])
+                pending[j] = post(j, mine, own[j])
     # all-gather: each step forwards what the previous one received
     for step in range(1, p - 1):
-        received = pieces(rank - step + 1)
+        received, receiving = pieces(rank - step + 1), pieces(rank - step)
         for j, work in enumerate(pending):
             _wait(work)
-            pending[j] = post(j, received[j], pieces(rank - step)[j])
+            pending[j] = post(j, received[j], receiving[j])
     for work in pending:
         _wait(work)
     return tensor
@@ -115,18 +117,6 @@ def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, *, slices: int | None
 def _pieces(chunk: torch.Tensor, slices: int) -> list[torch.Tensor]:
     """`slices` contiguous views of `chunk`, sizes differing by at most one (some empty when it is short)."""
     return [chunk[start:stop] for start, stop in chunk_bounds(chunk.numel(), slices)]
-
-
-def _post(send, receive, rank, p, group) -> list:
-    """Post a send to the successor and a receive from the predecessor, in one batch on `group`; the works, not
-    waited on. (Two batches on one group would run one after the other on its stream: each rank's send would wait
-    for a receive its successor posts only after its own send, around the ring: a deadlock.)"""
-    operations = []
-    if send.numel():
-        operations.append(dist.P2POp(dist.isend, send, (rank + 1) % p, group))
-    if receive.numel():
-        operations.append(dist.P2POp(dist.irecv, receive, (rank - 1) % p, group))
-    return dist.batch_isend_irecv(operations) if operations else []
 
 
 def _wait(works) -> None:

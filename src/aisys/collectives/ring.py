@@ -128,15 +128,20 @@ def _exchange(send: torch.Tensor, receive: torch.Tensor) -> None:
     deadlocks as soon as a message exceeds what the transport buffers (and over NCCL at once).
     batch_isend_irecv posts both at once; over NCCL it is the one form that cannot deadlock.
     """
+    for work in post_exchange(send, receive):
+        work.wait()
+
+
+def post_exchange(send: torch.Tensor, receive: torch.Tensor, group=None) -> list:
+    """Post `_exchange`'s send and receive in one batch on `group` (None: the default group); the works, not waited
+    on. An empty tensor posts nothing: both ends know its size."""
     rank, p = dist.get_rank(), dist.get_world_size()
     operations = []
     if send.numel():
-        operations.append(dist.P2POp(dist.isend, send, (rank + 1) % p))
+        operations.append(dist.P2POp(dist.isend, send, (rank + 1) % p, group))
     if receive.numel():
-        operations.append(dist.P2POp(dist.irecv, receive, (rank - 1) % p))
-    if operations:
-        for work in dist.batch_isend_irecv(operations):
-            work.wait()
+        operations.append(dist.P2POp(dist.irecv, receive, (rank - 1) % p, group))
+    return dist.batch_isend_irecv(operations) if operations else []
 
 
 def _chunk(tensor: torch.Tensor, bounds, c: int) -> torch.Tensor:
