@@ -13,7 +13,7 @@ its steps one at a time. Prints the table (size, times, bus bandwidths, ratios t
 as a share of the link's one-way bandwidth), the ablation, and the targets: the readable ring at >= 0.6x
 NCCL's busbw from 64 MiB on 2 GPUs, the tuned ring at >= 0.9x from 64 MiB on any number of GPUs.
 --json writes the rows; the book's ring page reads book/06-collectives/allreduce_h200.json and
-allreduce_tuned_<gpus>gpu.json.
+allreduce_tuned_<gpus>gpu_h200.json.
 """
 
 import argparse

@@ -28,7 +28,8 @@ ALGORITHMS = ("ring", "baseline")  # the reference ring (no size check), and dis
 # The tuned ring (aisys.collectives.pipelined_ring), on NCCL only: slices pipelined with their additions over
 # CHANNELS communicators, captured in a CUDA graph. ABLATION adds its steps one at a time.
 TUNED = "tuned"
-ABLATION = ("pipelined", "pipelined, 8 channels", TUNED)  # the tuned ring is the last, captured in a CUDA graph
+CHANNELED = f"pipelined, {CHANNELS} channels"
+ABLATION = ("pipelined", CHANNELED, TUNED)  # the tuned ring is the last, captured in a CUDA graph
 
 
 def sweep(backend: str) -> list[int]:
@@ -98,7 +99,7 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
         algorithms = {
             "ring": lambda x: ring.all_reduce(x, check_sizes=False), "baseline": dist.all_reduce,
             "pipelined": lambda x: pipelined_ring.all_reduce(x, slices=CHANNELS, check_sizes=False),
-            "pipelined, 8 channels": lambda x: pipelined_ring.all_reduce(x, channels=channels, check_sizes=False),
+            CHANNELED: lambda x: pipelined_ring.all_reduce(x, channels=channels, check_sizes=False),
         }
         if TUNED in names:
             algorithms[TUNED] = _replay(pipelined_ring.CapturedAllReduce(buffer, channels=channels))
