@@ -11,7 +11,7 @@ at the start and the datasheet's HBM peak. Rows, by name:
 - "paged decode": the kernel as it chooses by default (its `PARTITION_RULE` and its `COMBINE`);
 - "paged decode, auto" and "paged decode, grid": the two partition rules (`auto_partition_size`: partitions
   of 512 tokens only when one program per sequence and kv head would leave SMs idle; `grid_partition_size`:
-  about two programs per SM, partitions of 64 to 512 tokens), their partitions combined by a second kernel;
+  at least one program per SM, partitions of 128 to 512 tokens), their partitions combined by a second kernel;
   "paged decode, auto, fused" and "paged decode, grid, fused": the same, combined inside the one launch by
   the last program of each sequence and kv head. At every shape: the rule x combine A/B, in one run;
 - "paged decode, split 512" and "paged decode, no split": both choices forced, at batches 1 and 64, to
@@ -33,7 +33,7 @@ count only the real tokens, so its "vs baseline" shows what padding costs.
 
 Prints the table, the A/B against SDPA per shape (goal: B=1 ctx=4096 >= 0.95x SDPA) and the issue's target
 (paged decode at B=64, context 4096 >= 0.6 of the measured copy bandwidth), and with --json writes the rows
-(book/07-inference/paged_decode_h200.json is what the book reads). On a CPU it runs each kernel once at tiny
+(book/07-inference/paged_decode_h100.json is what the book reads). On a CPU it runs each kernel once at tiny
 sizes in the Triton interpreter, for correctness only.
 """
 
@@ -52,6 +52,7 @@ from aisys.bench import Benchmark
 from aisys.triton_kernels.paged_attention import (  # on a CPU: Triton's interpreter
     COMBINE,
     COMBINES,
+    PARTITION_RULE,
     paged_attention_decode,
 )
 
@@ -196,7 +197,7 @@ def main(argv=None) -> None:
                         help="only the partition rule x combine A/B at B=1 and 16 (contexts 1024, 4096, 16384) and "
                              "B=64 ctx 4096; its rows lack those the book reads")
     parser.add_argument("--json", type=Path, help="write the rows here (the book reads "
-                                                  "book/07-inference/paged_decode_h200.json, from a full run)")
+                                                  "book/07-inference/paged_decode_h100.json, from a full run)")
     args = parser.parse_args(argv)
     if args.json is not None and not args.json.parent.is_dir():
         raise SystemExit(f"--json {args.json}: its folder does not exist")
@@ -210,7 +211,7 @@ def main(argv=None) -> None:
     print(bench.table(rows))
     if dev == "cuda":
         print(f"\n== partition rule x combine, speed against SDPA (its time / the kernel's; goal: B=1 ctx=4096 "
-              f">= 0.95x); default: partition_size='auto', combine='{COMBINE}'")
+              f">= 0.95x); default: partition_size='{PARTITION_RULE}', combine='{COMBINE}'")
         print("\n".join(compare_variants(rows)))
     print(check_target(rows))
     if args.json is not None:

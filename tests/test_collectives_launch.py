@@ -1,6 +1,9 @@
 """The launcher and the traffic recorder: real processes that always finish, with what each rank did."""
 
 import os
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -300,6 +303,36 @@ def test_call_ranks_on_a_gpu_machine_starts_the_ranks_from_a_process_that_never_
     assert rooms[0] == rooms[1] and rooms[0] != os.getpid()
     cleanroom._ROOMS["ranks"].kill()
     cleanroom._ROOMS["ranks"].wait()
+
+
+def test_the_room_process_path_needs_no_notebook_tool_chain():
+    """On a GPU machine tests/run_solutions.py grades in this process, and rank calls (and Triton compiled for the GPU)
+    go to a room process of the notebook's own: a path that must import neither nbformat, ZeroMQ nor jupyter_client,
+    which such a machine may lack (once it reached nbformat for a constant)."""
+    code = textwrap.dedent("""
+        import sys
+
+        class Missing:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("nbformat", "zmq", "jupyter_client"):
+                    raise ImportError(f"No module named {name!r} (blocked by the test)")
+
+        sys.meta_path.insert(0, Missing())
+        import test_collectives_launch as here
+        from aisys_grader import cleanroom
+
+        cleanroom._gpus_visible = lambda: True
+        try:
+            outcomes = here.InProcessStudent(here.notebook()).call_ranks(
+                "trains_on_each_rank", [[(here.np.full(2, r + 1.0),) for r in range(2)]], world_size=2)
+            print(outcomes[0][1]["tensors"][0].tolist())
+        finally:
+            cleanroom._ROOMS["ranks"].kill()
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("[4.0, 4.0]")
 
 
 def test_the_room_s_own_process_runs_ranks_itself_even_where_gpus_are_visible(monkeypatch):

@@ -125,7 +125,8 @@ def test_tuned_configs_kept_are_those_that_fit():
     def tiles(config):
         return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_stages, config.num_warps
 
-    assert kept(torch.bfloat16, 64) == fa.TMA_GPU_CONFIGS  # every config fits at hs 64, the 4-warp 128 x 128 too
+    at_64 = [tiles(c) for c in kept(torch.bfloat16, 64)]
+    assert set(at_64) == fa.HEAD_64_CONFIGS and (128, 128, 3, 4) in at_64  # measured fast: 4-warp 128 x 128 too
     at_128 = [tiles(c) for c in kept(torch.bfloat16, 128)]
     assert (128, 128, 3, 8) in at_128 and (128, 128, 3, 4) not in at_128  # 4 warps would spill at hs 128
     for dtype in (torch.float32, torch.float16):
@@ -133,7 +134,9 @@ def test_tuned_configs_kept_are_those_that_fit():
             for config in kept(dtype, head_dim):
                 block_m, block_n, stages, _ = tiles(config)
                 assert (block_m + 2 * block_n * stages) * head_dim * dtype.itemsize <= fa.SHARED_MEMORY
-            assert fa.TMA_GPU_CONFIGS[0] in kept(dtype, head_dim)  # the config the pinned GPU tests run
+            assert kept(dtype, head_dim)
+            if head_dim > 64:  # (at 64 and below the measured fast tiles only; a pinned test runs the first anyway)
+                assert fa.TMA_GPU_CONFIGS[0] in kept(dtype, head_dim)  # the config the pinned GPU tests run
     assert len(kept(torch.float32, 128)) < len(kept(torch.bfloat16, 128))  # float32 tiles take twice the bytes
 
 

@@ -173,20 +173,22 @@ def test_auto_splits_only_when_the_unsplit_grid_leaves_sms_idle():
     assert auto_partition_size(batch=1, n_kv_heads=8, sms=132) == PARTITION_SIZE
 
 
-def test_grid_splits_a_small_batch_until_the_sms_have_two_programs_each():
+def test_grid_splits_a_small_batch_until_every_sm_has_a_program():
     assert grid_partition_size(batch=64, n_kv_heads=8, sms=132, max_context_len=4096) is None  # 512 programs
-    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=4096) == GRID_MIN_PARTITION
-    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=16384) == 256  # 8 x 64 = 512
+    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=4096) == 128  # 8 x 32 = 256
+    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=16384) == 512  # 8 x 32 = 256
     assert grid_partition_size(batch=16, n_kv_heads=8, sms=132, max_context_len=4096) == 512  # 128 x 8 = 1024
-    assert grid_partition_size(batch=16, n_kv_heads=8, sms=132, max_context_len=512) == 128  # 128 x 4 = 512
+    assert grid_partition_size(batch=16, n_kv_heads=8, sms=132, max_context_len=512) == 256  # 128 x 2 = 256
+    assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=1024) == GRID_MIN_PARTITION  # 64
     assert grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=100) == GRID_MIN_PARTITION
+    assert grid_partition_size(batch=1, n_kv_heads=8, sms=64, max_context_len=4096) == 512  # fewer SMs: 8 x 8
     with pytest.raises(ValueError, match="max_context_len"):
         grid_partition_size(batch=1, n_kv_heads=8, sms=132, max_context_len=0)
 
 
 def test_grid_partitions_match_the_reference(torch_device):
     case = paged_case([70, 5, 129], n_heads=4, n_kv_heads=2, seed=7)
-    assert_matches_reference(torch_device, case, partition_size="grid")  # 64-token partitions: 3 for 129
+    assert_matches_reference(torch_device, case, partition_size="grid")  # 128-token partitions: 2 for 129
 
 
 def test_combining_more_partitions_than_one_step_loads(torch_device):

@@ -65,6 +65,7 @@ from pathlib import Path
 from . import grammar, plain
 
 SOURCE_LIMIT = 2**22  # characters of cell source in one request (4 MiB)
+REPLY_LIMIT = 64 * 2**20  # bytes of one bridge reply (a 2000 x 2300 float64 array is 49 MB of base64)
 PACKAGE = Path(__file__).resolve().parent
 ROOM_CODE = {"__init__.py": PACKAGE / "shim.py", **{name: PACKAGE / name for name in ("cleanroom.py", "grammar.py",
                                                                                         "plain.py")}}
@@ -470,7 +471,6 @@ def exchange(process: subprocess.Popen, request: dict, timeout: float, startup: 
     """One call of a room process running `main`: write the request, wait `startup` seconds for "ready" and then
     `timeout` + `grace` for the reply. Its reply (None if none came), the seconds the call took, why no reply came
     ("" when one did), and whether the process is past use (it ended, or is stuck, or answered garbage)."""
-    from .kernel import REPLY_LIMIT
 
     try:
         process.stdin.write(json.dumps({**request, "timeout": timeout}).encode() + b"\n")

@@ -27,6 +27,7 @@ from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from . import boundary, bridge, cleanroom
+from .cleanroom import REPLY_LIMIT
 from .compare import CheckFailure
 from .job import Job
 from .sandbox import Sandbox
@@ -34,7 +35,6 @@ from .student import BridgeStudent
 
 PACKAGE = Path(__file__).resolve().parent
 OUTPUT_LIMIT = 1_000_000  # characters of output kept per cell; the rest is dropped with a note
-REPLY_LIMIT = 64 * 2**20  # bytes of one bridge reply (a 2000 x 2300 float64 array is 49 MB of base64)
 MESSAGE_LIMIT = REPLY_LIMIT + 2**20  # bytes of any one message from the kernel, enforced by ZeroMQ
 KERNEL_CODE = {"__init__.py": PACKAGE / "shim.py", "bridge.py": PACKAGE / "bridge.py", "plain.py": PACKAGE / "plain.py",
                "reps.py": PACKAGE / "reps.py"}

@@ -50,9 +50,11 @@ NO_GPU = "no GPU: timings are CPU wall-clock of the Triton interpreter, not a me
 TOLERANCES = {"float64": (1e-7, 1e-7), "float32": (1e-4, 1e-5), "float16": (2e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)}
 
 COPY_BYTES = 2**30  # the copy that measures this device's bandwidth: far larger than any L2
-# Clock cycles of the spin kernel that hides the host's launch overhead: 0.2 ms at 2 GHz, longer than a
-# Triton launch through an autotuner takes in Python (about 0.1 ms on an H100 host).
-BLOCKING_CYCLES = 400_000
+# Clock cycles of the spin kernel that hides the host's launch overhead: 1 ms at 2 GHz. A Triton launch through an
+# autotuner and a Python wrapper takes about 0.1 ms on an H100 host, but more than the 0.2 ms this once was on a busy
+# one: the paged decode kernel's 18-microsecond launches then timed 40 to 90 microseconds in bursts of repetitions,
+# where SDPA's (launched from C++) did not move. At 1 ms no such burst was seen.
+BLOCKING_CYCLES = 2_000_000
 
 
 class NotAGPUWarning(UserWarning):

@@ -61,11 +61,14 @@ from aisys.inference.paged_attention import check_layout, check_paged_shapes
 from ._tensors import FLOAT_DTYPES, dot_precision, interpreted, tensor_on_triton_device
 
 PARTITION_SIZE = 512  # tokens per split-K program, vLLM's paged_attention_v2 choice
-GRID_MIN_PARTITION = 64  # "grid" splits no finer: a program then reads 64 tokens' K and V against 1 partial row
-GRID_PROGRAMS_PER_SM = 2  # "grid" splits until the first kernel has this many programs per SM
+GRID_MIN_PARTITION = 128  # "grid" splits no finer: a program then reads 128 tokens' K and V against 1 partial row
+GRID_PROGRAMS_PER_SM = 1  # "grid" splits until the first kernel has at least this many programs per SM
 COMBINES = ("kernel", "fused")  # who combines a split context's partitions: a second kernel, or the last program
-# The defaults, from the A/B on an H100 (book/07-inference/paged_decode_ab_h100.json): "grid" with "fused" was the
-# fastest or within 5% of it at every shape, and took batch 1 at context 4096 from 0.79x SDPA's speed to 0.92x.
+# The defaults, from benchmarks/paged_attention.py on an H100 (book/07-inference/paged_decode_h100.json): "grid" with
+# "fused" was the fastest or within a few percent of it at every shape. At batch 1 the forced splits chose the grid's
+# constants: at context 4096, fused, 64-token partitions (512 programs) ran at 0.89x SDPA's speed, their combining
+# programs each reading 128 KiB of partials after the rest had finished; 128-token ones (256 programs) at 1.10x; 256
+# (128 programs, 4 SMs idle) at 1.07x. At 16384, 512-token partitions (256 programs) ran at 1.03x, 256 at 0.90x.
 COMBINE = "fused"
 PARTITION_RULE = "grid"
 COMBINE_PARTS = 16  # partitions a combining step loads at most
@@ -375,13 +378,14 @@ def auto_partition_size(batch: int, n_kv_heads: int, sms: int) -> int | None:
 
 def grid_partition_size(batch: int, n_kv_heads: int, sms: int, max_context_len: int,
                         programs_per_sm: int = GRID_PROGRAMS_PER_SM) -> int | None:
-    """The partition that gives the first kernel about `programs_per_sm` programs per SM (Flash-Decoding's rule).
+    """The partition that gives the first kernel at least `programs_per_sm` programs per SM (Flash-Decoding's rule).
 
     None (no split) when one program per (sequence, kv head) already does; else the largest power of two
     between GRID_MIN_PARTITION and PARTITION_SIZE whose partitions reach that many programs, or
     GRID_MIN_PARTITION when none does (a short context at batch 1). At batch 1 with 8 kv heads and a context
-    of 4096 on 132 SMs: 8 x 4096 / 64 = 512 programs of 64 tokens, where "auto" launches 64 of 512 and leaves
-    half the SMs idle.
+    of 4096 on 132 SMs: 8 x 4096 / 128 = 256 programs of 128 tokens, where "auto" launches 64 of 512 and leaves
+    half the SMs idle. Halving the partition doubles the programs, so the rule lands between one and two a SM:
+    as many as fill the GPU, and no more partials for the combine to read than that takes.
     """
     batch, n_kv_heads, sms = (positive_int(name, value) for name, value in
                               (("batch", batch), ("n_kv_heads", n_kv_heads), ("sms", sms)))
