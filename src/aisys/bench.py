@@ -51,9 +51,10 @@ TOLERANCES = {"float64": (1e-7, 1e-7), "float32": (1e-4, 1e-5), "float16": (2e-3
 
 COPY_BYTES = 2**30  # the copy that measures this device's bandwidth: far larger than any L2
 # Clock cycles of the spin kernel that hides the host's launch overhead: 1 ms at 2 GHz. A Triton launch through an
-# autotuner and a Python wrapper takes about 0.1 ms on an H100 host, but more than the 0.2 ms this once was on a busy
-# one: the paged decode kernel's 18-microsecond launches then timed 40 to 90 microseconds in bursts of repetitions,
-# where SDPA's (launched from C++) did not move. At 1 ms no such burst was seen.
+# autotuner and a Python wrapper takes about 0.1 ms on an H100 host. At 0.2 ms, the value this once had, the paged
+# decode kernel's 18-microsecond launches timed 40 to 90 microseconds in bursts of repetitions while SDPA's (launched
+# from C++) did not move: what a host that has not finished launching when the spin ends looks like. At 1 ms no such
+# burst was seen in three runs.
 BLOCKING_CYCLES = 2_000_000
 
 
