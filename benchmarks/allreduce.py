@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/allreduce.py [--json PATH]                # every GPU, NCCL, 1 KiB .. 1 GiB
     PYTHONPATH=src python3 benchmarks/allreduce.py --world-size 4 [--json PATH] # on CPU: gloo, 1 KiB .. 16 MiB
+    PYTHONPATH=src python3 benchmarks/allreduce.py --settings [--json PATH]     # GPUs: the tuned ring's settings
 
 On GPUs the world size is the number of GPUs (one rank each). Both algorithms run on the same
 float32 buffer in the same processes (aisys.collectives.allreduce_bench): warm-up, a barrier before
@@ -13,7 +14,13 @@ its steps one at a time. Prints the table (size, times, bus bandwidths, ratios t
 as a share of the link's one-way bandwidth), the ablation, and the targets: the readable ring at >= 0.6x
 NCCL's busbw from 64 MiB on 2 GPUs, the tuned ring at >= 0.9x from 64 MiB on any number of GPUs.
 --json writes the rows; the book's ring page reads book/06-collectives/allreduce_h200.json and
-allreduce_tuned_<gpus>gpu_h200.json.
+allreduce_tuned_<gpus>gpu_h100.json.
+
+--settings runs, instead, the sweep of what else might close the gap at 64 MiB and 256 MiB
+(allreduce_bench.settings_sweep): the captured ring at each (channels, slices) in SETTINGS, once
+with NCCL's defaults and once with NCCL_MIN_P2P_NCHANNELS=64 (twice the p2p channels per
+operation on 4 ranks), each against NCCL in the same processes; the page reads
+allreduce_settings_4gpu_h100.json.
 """
 
 import argparse
@@ -28,6 +35,8 @@ from aisys.collectives import allreduce_bench
 TARGET = (64 * allreduce_bench.MIB, 0.6)  # from this size on, the ring's busbw over NCCL's
 TUNED_TARGET = 0.9  # the tuned ring's, from the same size
 ABLATION_SIZES = (64 * allreduce_bench.MIB, allreduce_bench.GIB)
+SETTINGS_SIZES = (64 * allreduce_bench.MIB, 256 * allreduce_bench.MIB)
+SETTINGS_ENVIRONMENTS = ({}, {"NCCL_MIN_P2P_NCHANNELS": "64"})
 
 
 def gpus() -> int:
@@ -44,8 +53,12 @@ def main(argv=None) -> int:
     parser.add_argument("--min-bytes", type=int, help="smallest message (default 1 KiB)")
     parser.add_argument("--reps", type=int, help="timed repetitions per size (default 20 on GPUs, 5 on CPU)")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--settings", action="store_true",
+                        help="only the tuned ring's (channels, slices) sweep against NCCL, on GPUs")
     args = parser.parse_args(argv)
     count = gpus()
+    if args.settings:
+        return settings(count, args.reps or 10, args.json)
     backend = "nccl" if count >= 2 else "gloo"
     world_size = count if backend == "nccl" else (args.world_size or 2)
     sizes = [s for s in allreduce_bench.sweep(backend) if args.max_bytes is None or s <= args.max_bytes]
@@ -76,6 +89,19 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({"rows": rows, "ablation": ablation, "nccl": nccl_version()}, indent=1) + "\n")
         print(f"rows written to {args.json}")
     return 0 if all(r["correct"] for r in rows + ablation) else 1
+
+
+def settings(count: int, reps: int, path: Path | None) -> int:
+    if count < 2:
+        raise SystemExit("--settings times the captured ring against NCCL: it needs 2 or more GPUs, found "
+                         f"{count}")
+    rows = [row for env in SETTINGS_ENVIRONMENTS
+            for row in allreduce_bench.settings_sweep(SETTINGS_SIZES, count, nccl_env=env, reps=reps)]
+    print(allreduce_bench.settings_table(rows))
+    if path:
+        path.write_text(json.dumps({"settings": rows, "nccl": nccl_version()}, indent=1) + "\n")
+        print(f"rows written to {path}")
+    return 0 if all(r["correct"] for r in rows) else 1
 
 
 def nccl_version() -> str | None:

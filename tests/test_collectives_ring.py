@@ -257,6 +257,48 @@ def test_benchmark_script_runs_on_a_cpu(tmp_path):
     assert [r["bytes"] for r in rows] == [1024, 4096] and all(r["correct"] and r["world_size"] == 3 for r in rows)
 
 
+def test_settings_sweep_refuses_bad_input_by_name_before_starting_ranks():
+    from aisys.collectives.allreduce_bench import settings_sweep
+
+    for kwargs, message in (({"settings": []}, "settings must be one or more"),
+                            ({"settings": [(8,)]}, "settings must be one or more"),
+                            ({"settings": [(0, 8)]}, "channels"),
+                            ({"settings": [(8, -1)]}, "slices"),
+                            ({"nccl_env": {"PATH": "/"}}, "nccl_env must map NCCL_"),
+                            ({"nccl_env": {"NCCL_MIN_P2P_NCHANNELS": 64}}, "nccl_env must map NCCL_")):
+        with pytest.raises(ValueError, match=message):
+            settings_sweep([2**20], 2, **kwargs)
+    with pytest.raises(ValueError, match="multiples of 4 bytes"):
+        settings_sweep([6], 2)
+
+
+def test_settings_table_shows_each_setting_against_nccl():
+    from aisys.collectives.allreduce_bench import settings_table
+
+    row = {"bytes": 64 * 2**20, "world_size": 4, "device": "NVIDIA H200", "channels": 8, "slices": 8,
+           "seconds": 4.7e-4, "baseline_seconds": 3.6e-4, "busbw": 214e9, "baseline_busbw": 280e9,
+           "ratio": 214 / 280, "correct": True}
+    text = settings_table([{**row, "nccl_env": {}}, {**row, "nccl_env": {"NCCL_MIN_P2P_NCHANNELS": "64"},
+                                                     "correct": False}])
+    lines = text.splitlines()
+    assert lines[0] == "NVIDIA H200, 4 ranks" and "channels x slices" in lines[1]
+    assert lines[3].split() == ["64", "MiB", "(default)", "8", "x", "8", "0.470", "0.360", "214.0", "280.0", "0.76",
+                                "yes"]
+    assert "NCCL_MIN_P2P_NCHANNELS=64" in lines[4] and lines[4].endswith("NO")
+
+
+def test_benchmark_settings_sweep_needs_gpus():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "allreduce.py"), "--settings"],
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "AISYS_DEVICE": "cpu", "PYTHONPATH": str(root / "src")})
+    assert done.returncode != 0 and "it needs 2 or more GPUs, found 0" in done.stderr
+
+
 # ---------------------------------------------------------------------------------------------- the check's words
 
 

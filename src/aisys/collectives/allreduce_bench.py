@@ -14,6 +14,8 @@ rank has the result. Bandwidths follow nccl-tests: algbw = bytes / time, busbw =
 (aisys.collectives.busbw), comparable with one link's one-way bandwidth (aisys.interconnect).
 """
 
+import contextlib
+import os
 import statistics
 import time
 
@@ -30,6 +32,10 @@ ALGORITHMS = ("ring", "baseline")  # the reference ring (no size check), and dis
 TUNED = "tuned"
 CHANNELED = f"pipelined, {CHANNELS} channels"
 ABLATION = ("pipelined", CHANNELED, TUNED)  # the tuned ring is the last, captured in a CUDA graph
+# (channels, slices) of the captured ring that `settings_sweep` times; the first is what the tuned ring chooses at
+# 64 MiB and 256 MiB on 4 ranks. More slices hide more of each addition, but each message costs a kernel of its own.
+SETTINGS = ((CHANNELS, CHANNELS), (CHANNELS, 2 * CHANNELS), (2 * CHANNELS, 2 * CHANNELS), (CHANNELS, CHANNELS // 2),
+            (CHANNELS // 2, CHANNELS))
 
 
 def sweep(backend: str) -> list[int]:
@@ -87,7 +93,7 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
 
     from . import pipelined_ring, ring
 
-    rank, p = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     device = rank_device(backend)
     channels = pipelined_ring.ring_channels() if set(names) & set(ABLATION[1:]) else None
     seconds = {name: [] for name in names}
@@ -105,19 +111,98 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
             algorithms[TUNED] = _replay(pipelined_ring.CapturedAllReduce(buffer, channels=channels))
         agree = True
         for name in names:
-            algorithm = algorithms[name]
-            times, queued = [], []
-            for _ in range(warmup + reps):
-                buffer.fill_(rank + 1)  # sums of small integers: exact in any order
-                elapsed, host = _timed(algorithm, buffer, backend, hide_host)
-                times.append(elapsed)
-                queued.append(host)
-            seconds[name].append(statistics.median(times[warmup:]))
-            host_seconds[name].append(statistics.median(queued[warmup:]))
-            agree = agree and bool((buffer == p * (p + 1) / 2).all())
+            elapsed, host, summed = _median_run(algorithms[name], buffer, warmup, reps, backend, hide_host)
+            seconds[name].append(elapsed)
+            host_seconds[name].append(host)
+            agree = agree and summed
         correct.append(agree)
     name = torch.cuda.get_device_name(rank) if backend == "nccl" else "CPU (gloo over loopback)"
     return {"seconds": seconds, "host_seconds": host_seconds, "correct": correct, "device": name}
+
+
+def _median_run(algorithm, buffer, warmup, reps, backend, hide_host=True) -> tuple[float, float, bool]:
+    """(median seconds, median host seconds, whether the last run summed right) of `algorithm` on `buffer`."""
+    import torch.distributed as dist
+
+    p, rank = dist.get_world_size(), dist.get_rank()
+    times, queued = [], []
+    for _ in range(warmup + reps):
+        buffer.fill_(rank + 1)  # sums of small integers: exact in any order
+        elapsed, host = _timed(algorithm, buffer, backend, hide_host)
+        times.append(elapsed)
+        queued.append(host)
+    summed = bool((buffer == p * (p + 1) / 2).all())
+    return statistics.median(times[warmup:]), statistics.median(queued[warmup:]), summed
+
+
+def settings_sweep(sizes, world_size: int, settings=SETTINGS, *, nccl_env=None, reps: int = 10, warmup: int = 3,
+                   wall_timeout: float = 300.0) -> list[dict]:
+    """The captured pipelined ring at each (channels, slices) in `settings` against NCCL's all_reduce, on GPUs.
+
+    One row per size and setting: its seconds, NCCL's (timed on the same buffer in the same processes just
+    before), both bus bandwidths, their ratio and whether the ring summed right. `nccl_env`: NCCL variables set
+    for the ranks (they read them when their communicators are made), e.g. {"NCCL_MIN_P2P_NCHANNELS": "64"}."""
+    sizes = [positive_int("sizes[i]", s) for s in sizes]
+    if not sizes or any(s % 4 for s in sizes):
+        raise ValueError(f"sizes must be one or more multiples of 4 bytes (float32 buffers), got {sizes}")
+    world_size, reps, warmup = (positive_int(name, value) for name, value in
+                                (("world_size", world_size), ("reps", reps), ("warmup", warmup)))
+    settings = [tuple(setting) for setting in settings]
+    if not settings or any(len(setting) != 2 for setting in settings):
+        raise ValueError(f"settings must be one or more (channels, slices) pairs, got {settings}")
+    settings = [(positive_int("channels", c), positive_int("slices", s)) for c, s in settings]
+    nccl_env = dict(nccl_env or {})
+    if any(not isinstance(k, str) or not k.startswith("NCCL_") or not isinstance(v, str) for k, v in nccl_env.items()):
+        raise ValueError(f"nccl_env must map NCCL_... names to strings, got {nccl_env}")
+    with _environment(nccl_env):
+        per_rank = run_ranks(_settings_on_rank, world_size, [(sizes, settings, reps, warmup)] * world_size,
+                             backend="nccl", timeout=60.0, wall_timeout=wall_timeout)
+    rows = []
+    for i, nbytes in enumerate(sizes):
+        baseline = max(rank["baseline"][i] for rank in per_rank)
+        for j, (channels, slices) in enumerate(settings):
+            seconds = max(rank["seconds"][i][j] for rank in per_rank)
+            busbw, baseline_busbw = (bus_bandwidth("all_reduce", nbytes, t, world_size) for t in (seconds, baseline))
+            rows.append({"bytes": nbytes, "world_size": world_size, "device": per_rank[0]["device"],
+                         "nccl_env": nccl_env, "channels": channels, "slices": slices, "seconds": seconds,
+                         "baseline_seconds": baseline, "busbw": busbw, "baseline_busbw": baseline_busbw,
+                         "ratio": busbw / baseline_busbw, "correct": all(rank["correct"][i][j] for rank in per_rank)})
+    return rows
+
+
+@contextlib.contextmanager
+def _environment(values: dict):
+    """os.environ with `values` set, for the ranks forked inside; restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _settings_on_rank(sizes, settings, reps, warmup) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from . import pipelined_ring
+
+    groups = pipelined_ring.ring_channels(max(channels for channels, _ in settings))
+    baseline, seconds, correct = [], [], []
+    for nbytes in sizes:
+        buffer = torch.empty(nbytes // 4, device=rank_device("nccl"))
+        baseline.append(_median_run(dist.all_reduce, buffer, warmup, reps, "nccl")[0])
+        captured = [pipelined_ring.CapturedAllReduce(buffer, slices=slices, channels=groups[:channels])
+                    for channels, slices in settings]
+        runs = [_median_run(_replay(ring), buffer, warmup, reps, "nccl") for ring in captured]
+        seconds.append([elapsed for elapsed, _, _ in runs])
+        correct.append([summed for _, _, summed in runs])
+    return {"baseline": baseline, "seconds": seconds, "correct": correct,
+            "device": torch.cuda.get_device_name(dist.get_rank())}
 
 
 def _replay(captured):
@@ -193,6 +278,17 @@ def ablation_table(rows: list[dict]) -> str:
     body = [[size_label(r["bytes"]), f"{r['baseline_busbw'] / 1e9:.1f}"]
             + [f"{r[f'{n}_busbw' if n != 'ring' else 'ring_busbw'] / 1e9:.1f} "
                f"({r[f'{n}_ratio' if n != 'ring' else 'ratio']:.2f}x)" for n in names] for r in rows]
+    return _layout(rows, None, headers, body)
+
+
+def settings_table(rows: list[dict]) -> str:
+    """settings_sweep's rows: per size, NCCL environment and (channels, slices), the ring's busbw and NCCL's."""
+    headers = ["size", "NCCL environment", "channels x slices", "ring ms", "NCCL ms", "ring busbw GB/s",
+               "NCCL busbw GB/s", "ring/NCCL", "correct"]
+    body = [[size_label(r["bytes"]), " ".join(f"{k}={v}" for k, v in r["nccl_env"].items()) or "(default)",
+             f"{r['channels']} x {r['slices']}", f"{r['seconds'] * 1e3:.3f}", f"{r['baseline_seconds'] * 1e3:.3f}",
+             f"{r['busbw'] / 1e9:.1f}", f"{r['baseline_busbw'] / 1e9:.1f}", f"{r['ratio']:.2f}",
+             "yes" if r["correct"] else "NO"] for r in rows]
     return _layout(rows, None, headers, body)
 
 
