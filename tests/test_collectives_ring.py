@@ -262,6 +262,7 @@ def test_settings_sweep_refuses_bad_input_by_name_before_starting_ranks():
 
     for kwargs, message in (({"settings": []}, "settings must be one or more"),
                             ({"settings": [(8,)]}, "settings must be one or more"),
+                            ({"settings": [8]}, "settings must be one or more"),
                             ({"settings": [(0, 8)]}, "channels"),
                             ({"settings": [(8, -1)]}, "slices"),
                             ({"nccl_env": {"PATH": "/"}}, "nccl_env must map NCCL_"),

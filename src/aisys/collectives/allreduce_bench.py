@@ -147,8 +147,8 @@ def settings_sweep(sizes, world_size: int, settings=SETTINGS, *, nccl_env=None, 
         raise ValueError(f"sizes must be one or more multiples of 4 bytes (float32 buffers), got {sizes}")
     world_size, reps, warmup = (positive_int(name, value) for name, value in
                                 (("world_size", world_size), ("reps", reps), ("warmup", warmup)))
-    settings = [tuple(setting) for setting in settings]
-    if not settings or any(len(setting) != 2 for setting in settings):
+    settings = list(settings)
+    if not settings or any(not isinstance(setting, (tuple, list)) or len(setting) != 2 for setting in settings):
         raise ValueError(f"settings must be one or more (channels, slices) pairs, got {settings}")
     settings = [(positive_int("channels", c), positive_int("slices", s)) for c, s in settings]
     nccl_env = dict(nccl_env or {})
