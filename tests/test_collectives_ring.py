@@ -271,6 +271,8 @@ def test_settings_sweep_refuses_bad_input_by_name_before_starting_ranks():
             settings_sweep([2**20], 2, **kwargs)
     with pytest.raises(ValueError, match="multiples of 4 bytes"):
         settings_sweep([6], 2)
+    with pytest.raises(ValueError, match="one or more message sizes"):
+        settings_sweep([], 2)
 
 
 def test_settings_table_shows_each_setting_against_nccl():

@@ -122,17 +122,14 @@ def test_tuned_configs_kept_are_those_that_fit():
         named = {"desc_q": SimpleNamespace(base=torch.empty(0, dtype=dtype))}
         return fa._tma_fitting_configs(fa.TMA_GPU_CONFIGS, named, HEAD_DIM=head_dim)
 
-    def tiles(config):
-        return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_stages, config.num_warps
-
-    at_64 = [tiles(c) for c in kept(torch.bfloat16, 64)]
+    at_64 = [fa._shape(c) for c in kept(torch.bfloat16, 64)]
     assert set(at_64) == fa.HEAD_64_CONFIGS and (128, 128, 3, 4) in at_64  # measured fast: 4-warp 128 x 128 too
-    at_128 = [tiles(c) for c in kept(torch.bfloat16, 128)]
+    at_128 = [fa._shape(c) for c in kept(torch.bfloat16, 128)]
     assert (128, 128, 3, 8) in at_128 and (128, 128, 3, 4) not in at_128  # 4 warps would spill at hs 128
     for dtype in (torch.float32, torch.float16):
         for head_dim in fa.HEAD_SIZES:
             for config in kept(dtype, head_dim):
-                block_m, block_n, stages, _ = tiles(config)
+                block_m, block_n, stages, _ = fa._shape(config)
                 assert (block_m + 2 * block_n * stages) * head_dim * dtype.itemsize <= fa.SHARED_MEMORY
             assert kept(dtype, head_dim)
             if head_dim > 64:  # (at 64 and below the measured fast tiles only; a pinned test runs the first anyway)

@@ -56,9 +56,7 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
     queue it (hide_host=False: the host's time counts, as it does for one call in a training step).
     `extra`: names from ABLATION (NCCL only) timed too, each row then holding `<name>_seconds`,
     `<name>_busbw` and `<name>_ratio` (its busbw over the baseline's)."""
-    sizes = [positive_int("sizes[i]", s) for s in sizes]
-    if any(s % 4 for s in sizes):
-        raise ValueError(f"sizes must be multiples of 4 bytes (float32 buffers), got {sizes}")
+    sizes = _float32_sizes(sizes)
     world_size, backend = positive_int("world_size", world_size), one_of("backend", backend, BACKENDS)
     reps, warmup = positive_int("reps", reps), positive_int("warmup", warmup)
     extra = tuple(one_of("extra[i]", name, ABLATION) for name in extra)
@@ -85,6 +83,14 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
             rows[-1].update({f"{name}_seconds": seconds[name], f"{name}_host_seconds": host[name],
                              f"{name}_busbw": busbw[name], f"{name}_ratio": busbw[name] / busbw["baseline"]})
     return rows
+
+
+def _float32_sizes(sizes) -> list[int]:
+    """Message sizes in bytes, each positive and a whole number of float32 elements (the buffers' type)."""
+    sizes = [positive_int("sizes[i]", s) for s in sizes]
+    if any(s % 4 for s in sizes):
+        raise ValueError(f"sizes must be multiples of 4 bytes (float32 buffers), got {sizes}")
+    return sizes
 
 
 def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS) -> dict:
@@ -142,9 +148,9 @@ def settings_sweep(sizes, world_size: int, settings=SETTINGS, *, nccl_env=None, 
     One row per size and setting: its seconds, NCCL's (timed on the same buffer in the same processes just
     before), both bus bandwidths, their ratio and whether the ring summed right. `nccl_env`: NCCL variables set
     for the ranks (they read them when their communicators are made), e.g. {"NCCL_MIN_P2P_NCHANNELS": "64"}."""
-    sizes = [positive_int("sizes[i]", s) for s in sizes]
-    if not sizes or any(s % 4 for s in sizes):
-        raise ValueError(f"sizes must be one or more multiples of 4 bytes (float32 buffers), got {sizes}")
+    sizes = _float32_sizes(sizes)
+    if not sizes:
+        raise ValueError("sizes must name one or more message sizes, got none")
     world_size, reps, warmup = (positive_int(name, value) for name, value in
                                 (("world_size", world_size), ("reps", reps), ("warmup", warmup)))
     settings = list(settings)

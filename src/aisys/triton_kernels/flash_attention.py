@@ -205,10 +205,10 @@ def _tma_fitting_configs(configs, named_args, **kwargs):
     element = named_args["desc_q"].base.element_size()
 
     def fits(config):
-        block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
-        wide_and_few_warps = block_m * block_n >= 128 * 128 and config.num_warps == 4
-        tiles = (block_m + 2 * block_n * config.num_stages) * head_dim * element
-        slow_at_64 = head_dim <= 64 and _shape(config) not in HEAD_64_CONFIGS
+        block_m, block_n, stages, warps = shape = _shape(config)
+        wide_and_few_warps = block_m * block_n >= 128 * 128 and warps == 4
+        tiles = (block_m + 2 * block_n * stages) * head_dim * element
+        slow_at_64 = head_dim <= 64 and shape not in HEAD_64_CONFIGS
         return tiles <= SHARED_MEMORY and not (wide_and_few_warps and head_dim > 64) and not slow_at_64
     return [config for config in configs if fits(config)] or configs[:1]
 
