@@ -71,8 +71,10 @@ def test_a_right_function_is_measured_and_the_checks_of_a_function_share_one_mea
 
 
 @pytest.mark.parametrize("function, message", [
-    (lambda x: torch.softmax(1.01 * x, -1), "the warm-up call: soft of a 64 x 128 fp32 matrix gave a wrong result in "
-                                             r"repetition 1 of 2 \(a random weighted sum of its elements is off by"),
+    # a random weighted sum of the error lies within rounding with odds of about 1 in 20,000 a repetition (of 1 in
+    # 200 for softmax(1.01 x), which once failed CI here), so either repetition may be the one that fails
+    (lambda x: torch.softmax(2 * x, -1), "the warm-up call: soft of a 64 x 128 fp32 matrix gave a wrong result in "
+                                             r"repetition [12] of 2 \(a random weighted sum of its elements is off by"),
     (lambda x: softmax(x)[:, :64], r"returned results of shapes \[\[64, 64\]\], expected \[\[64, 128\]\]"),
     (lambda x: 1 / 0, "`soft` raised ZeroDivisionError: division by zero"),
 ])
@@ -156,7 +158,8 @@ def test_the_loop_runs_in_the_sandboxed_kernel_and_a_forgery_there_fails():
         found = speed.measure(KernelStudent(kernel), WORKLOAD)
         assert found.reps == WORKLOAD.reps
         assert kernel.execute(forgery, 60).status == "ok"
-        with pytest.raises(CheckFailure, match="gave a wrong result in repetition 1 of 2"):
+        with pytest.raises(CheckFailure, match="gave a wrong result in repetition [12] of 2"):  # a zero digest is
+            # within rounding of a random weighted sum with odds of about 1 in 20,000
             speed.measure(KernelStudent(kernel), WORKLOAD)
 
 
