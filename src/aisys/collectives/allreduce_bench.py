@@ -17,6 +17,7 @@ rank has the result. Bandwidths follow nccl-tests: algbw = bytes / time, busbw =
 import contextlib
 import os
 import statistics
+import tempfile
 import time
 
 from .._validate import one_of, positive_int
@@ -32,6 +33,11 @@ ALGORITHMS = ("ring", "baseline")  # the reference ring (no size check), and dis
 TUNED = "tuned"
 CHANNELED = f"pipelined, {CHANNELS} channels"
 ABLATION = ("pipelined", CHANNELED, TUNED)  # the tuned ring is the last, captured in a CUDA graph
+# The ring over memory every rank can read (aisys.collectives.symmetric_ring): each step one kernel that reads the
+# neighbour's chunk and adds it. On GPUs in PyTorch's symmetric memory, on CPU in shared files. Every algorithm of a
+# run that times it then works on its buffer, the one the ranks share.
+SYMMETRIC = "symmetric"
+EXTRA = ABLATION + (SYMMETRIC,)
 # (channels, slices) of the captured ring that `settings_sweep` times; the first is what the tuned ring chooses at
 # 64 MiB and 256 MiB on 4 ranks. More slices hide more of each addition, but each message costs a kernel of its own.
 SETTINGS = ((CHANNELS, CHANNELS), (CHANNELS, 2 * CHANNELS), (2 * CHANNELS, 2 * CHANNELS), (CHANNELS, CHANNELS // 2),
@@ -54,18 +60,25 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
 
     On GPUs the timing starts once the host has queued the call (`hide_host`), or when the host starts to
     queue it (hide_host=False: the host's time counts, as it does for one call in a training step).
-    `extra`: names from ABLATION (NCCL only) timed too, each row then holding `<name>_seconds`,
-    `<name>_busbw` and `<name>_ratio` (its busbw over the baseline's)."""
+    `extra`: names from EXTRA timed too (those of ABLATION on NCCL only), each row then holding
+    `<name>_seconds`, `<name>_busbw` and `<name>_ratio` (its busbw over the baseline's)."""
     sizes = _float32_sizes(sizes)
     world_size, backend = positive_int("world_size", world_size), one_of("backend", backend, BACKENDS)
+    if world_size < 2:
+        raise ValueError(f"world_size must be 2 or more (over one rank an all-reduce moves nothing), got {world_size}")
     reps, warmup = positive_int("reps", reps), positive_int("warmup", warmup)
-    extra = tuple(one_of("extra[i]", name, ABLATION) for name in extra)
-    if extra and backend != "nccl":
-        raise ValueError(f"extra algorithms {extra} run on NCCL only (CUDA graphs), not on {backend}")
+    extra = tuple(one_of("extra[i]", name, EXTRA) for name in extra)
+    if set(extra) & set(ABLATION) and backend != "nccl":
+        raise ValueError(f"extra algorithms {[n for n in extra if n in ABLATION]} run on NCCL only (CUDA graphs), "
+                         f"not on {backend}")
+    if TUNED in extra and SYMMETRIC in extra:
+        raise ValueError(f"extra may hold {TUNED!r} or {SYMMETRIC!r}, not both: in one run on 4 H200s (torch 2.11, "
+                         "NCCL 2.28.9) the GPUs hung; the cause is not found")
     names = ALGORITHMS + extra
-    arguments = (sizes, reps, warmup, backend, hide_host, names)
-    per_rank = run_ranks(_time_on_rank, world_size, [arguments] * world_size,
-                         backend=backend, timeout=timeout, wall_timeout=max(600.0, timeout))
+    with tempfile.TemporaryDirectory(prefix="aisys-symmetric-") as folder:  # the CPU's shared buffers
+        arguments = (sizes, reps, warmup, backend, hide_host, names, folder)
+        per_rank = run_ranks(_time_on_rank, world_size, [arguments] * world_size,
+                             backend=backend, timeout=timeout, wall_timeout=max(600.0, timeout))
     device = per_rank[0]["device"]
     rows = []
     for i, nbytes in enumerate(sizes):
@@ -93,11 +106,12 @@ def _float32_sizes(sizes) -> list[int]:
     return sizes
 
 
-def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS) -> dict:
+def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS, folder=None) -> dict:
     import torch
     import torch.distributed as dist
 
     from . import pipelined_ring, ring
+    from .symmetric_ring import SymmetricRing
 
     rank = dist.get_rank()
     device = rank_device(backend)
@@ -106,7 +120,13 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
     host_seconds = {name: [] for name in names}
     correct = []
     for nbytes in sizes:
-        buffer = torch.empty(nbytes // 4, device=device)
+        symmetric = None
+        if SYMMETRIC in names and backend == "nccl":
+            symmetric = SymmetricRing.on_gpus(nbytes // 4)
+        elif SYMMETRIC in names:
+            os.makedirs(files := os.path.join(folder, str(nbytes)), exist_ok=True)  # a ring's files, its own
+            symmetric = SymmetricRing.in_files(nbytes // 4, files)
+        buffer = symmetric.buffer if symmetric else torch.empty(nbytes // 4, device=device)
         # Made per buffer: a captured ring replays on the storage it was captured on.
         algorithms = {
             "ring": lambda x: ring.all_reduce(x, check_sizes=False), "baseline": dist.all_reduce,
@@ -115,6 +135,8 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
         }
         if TUNED in names:
             algorithms[TUNED] = _replay(pipelined_ring.CapturedAllReduce(buffer, channels=channels))
+        if symmetric:
+            algorithms[SYMMETRIC] = lambda x, ring=symmetric: ring.all_reduce()  # x is its buffer
         agree = True
         for name in names:
             elapsed, host, summed = _median_run(algorithms[name], buffer, warmup, reps, backend, hide_host)
@@ -265,14 +287,15 @@ def table(rows: list[dict]) -> str:
         return "(no rows)"
     link = link_for(rows[0]["device"])
     baseline = "NCCL" if rows[0]["backend"] == "nccl" else "gloo"
-    tuned = f"{TUNED}_busbw" in rows[0]
+    more = [name for name in (TUNED, SYMMETRIC) if f"{name}_busbw" in rows[0]]  # columns of its own for each
     headers = ["size", "ring ms", f"{baseline} ms", "ring busbw GB/s", f"{baseline} busbw GB/s", "ring/" + baseline,
-               "ring of link"] + ["tuned ms", "tuned busbw GB/s", "tuned/" + baseline] * tuned + ["correct"]
+               "ring of link"] + [h for n in more for h in (f"{n} ms", f"{n} busbw GB/s", f"{n}/{baseline}")] + [
+        "correct"]
     body = [[size_label(r["bytes"]), f"{r['ring_seconds'] * 1e3:.3f}", f"{r['baseline_seconds'] * 1e3:.3f}",
              f"{r['ring_busbw'] / 1e9:.2f}", f"{r['baseline_busbw'] / 1e9:.2f}", f"{r['ratio']:.2f}",
              f"{r['ring_busbw'] / link.bandwidth:.0%}" if link else "-"]
-            + ([f"{r[f'{TUNED}_seconds'] * 1e3:.3f}", f"{r[f'{TUNED}_busbw'] / 1e9:.2f}",
-                f"{r[f'{TUNED}_ratio']:.2f}"] if tuned else [])
+            + [cell for n in more for cell in (f"{r[f'{n}_seconds'] * 1e3:.3f}", f"{r[f'{n}_busbw'] / 1e9:.2f}",
+                                              f"{r[f'{n}_ratio']:.2f}")]
             + ["yes" if r["correct"] else "NO"] for r in rows]
     return _layout(rows, link, headers, body)
 
