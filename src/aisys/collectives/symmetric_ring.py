@@ -69,7 +69,7 @@ class SymmetricRing:
             raise RuntimeError("SymmetricRing.on_gpus needs CUDA GPUs (symmetric memory maps GPU memory); "
                                "on the CPU use SymmetricRing.in_files")
         group = group or dist.group.WORLD
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # torch < 2.9 needs it; later ones deprecate it
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # older torch needs it; newer deprecates it
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 symm_mem.enable_symm_mem_for_group(group.group_name)
