@@ -69,3 +69,17 @@ def test_bad_arguments_are_named(vectors, call, error):
 def test_a_kernel_that_does_not_compile_says_why(vectors):
     with pytest.raises(RuntimeError, match="arange's range must be a power of 2"):
         compile_for_gpu(add, *vectors, 4096, BLOCK=1000)
+
+
+def test_one_compiler_process_serves_every_call_and_a_dead_one_is_replaced(vectors):
+    from aisys import triton_compile
+
+    compile_for_gpu(add, *vectors, 4096, BLOCK=1024)
+    process = triton_compile._COMPILER.process
+    again = compile_for_gpu(row_sum, torch.empty(8, 1024), torch.empty(8), 1024, BLOCK=1024)
+    assert triton_compile._COMPILER.process is process and process.poll() is None
+    assert "shfl.sync.bfly" in again.ptx
+    process.kill()
+    process.wait()
+    assert global_loads(compile_for_gpu(add, *vectors, 4096, BLOCK=1024).ptx) == {"ld.global.v4.b32"}
+    assert triton_compile._COMPILER.process is not process

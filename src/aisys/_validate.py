@@ -1,4 +1,8 @@
-"""Argument checks shared by the reference functions: each names the argument and what was expected."""
+"""Argument checks shared by the reference functions: each names the argument and what was expected.
+
+Each check first accepts a plain int or float by its exact type: the abstract-class checks below it (`Real`,
+`Integral`) cost microseconds, and simulators call these checks millions of times (the book's batching page).
+Booleans never take the shortcut: `type(True) is bool`, not int."""
 
 import math
 from numbers import Integral, Real
@@ -8,6 +12,8 @@ import numpy as np
 
 def positive_number(name: str, value) -> float:
     """A finite number > 0 (bools are not numbers here)."""
+    if (type(value) is float or type(value) is int) and 0 < value < math.inf:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
@@ -15,6 +21,8 @@ def positive_number(name: str, value) -> float:
 
 def nonnegative_number(name: str, value) -> float:
     """A number >= 0; +inf is allowed (an operation with no memory traffic has infinite intensity)."""
+    if (type(value) is float or type(value) is int) and value >= 0:  # NaN fails >= 0
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value) or value < 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     return float(value)
@@ -22,6 +30,8 @@ def nonnegative_number(name: str, value) -> float:
 
 def positive_int(name: str, value) -> int:
     """An integer >= 1."""
+    if type(value) is int and value >= 1:
+        return value
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
@@ -29,6 +39,8 @@ def positive_int(name: str, value) -> int:
 
 def nonnegative_int(name: str, value) -> int:
     """An integer >= 0."""
+    if type(value) is int and value >= 0:
+        return value
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     return int(value)

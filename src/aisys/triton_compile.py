@@ -9,9 +9,13 @@ TTIR (the program as written), TTGIR (the same with layouts) and PTX, which
 
 The compiler runs in a child process: with TRITON_INTERPRET=1 (how Triton runs on a
 CPU) `triton.jit` builds interpreted functions, which cannot be compiled, and that
-switch is read once, when triton is imported.
+switch is read once, when triton is imported. The child is started at the first call
+and serves every later one (one JSON line in, one out): importing triton (and torch,
+for a kernel imported from a module) and hashing Triton's own library for its cache
+key took about a second per kernel when each call started a child of its own.
 """
 
+import atexit
 import inspect
 import json
 import os
@@ -20,45 +24,132 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import types
 from dataclasses import dataclass
 
 from ._validate import positive_int
 
-# Runs in the child: compile one kernel and print its forms as JSON.
+# Runs in the child: compile each job read from stdin (one JSON line) and answer one JSON line on stdout, the
+# kernel's forms or the error's traceback. A kernel written to a file is loaded as a module of its own; one imported
+# by name is imported again when its file has changed since.
 _CHILD = r"""
-import importlib, importlib.util, json, sys
+import importlib, importlib.util, json, os, sys, traceback
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
-job = json.load(sys.stdin)
-kernel = None
-if job["module"]:
+answer = os.fdopen(os.dup(1), "w")  # the answers' own descriptor: what the compiler prints, from Python or from
+os.dup2(2, 1)                          # its C++ (file descriptor 1), goes to stderr and cannot mix with them
+sys.stdout = sys.stderr
+loaded = {}  # module name -> modification time of its file when imported
+
+
+def kernel_of(job):
+    kernel = None
+    if job["module"]:
+        try:
+            kernel = importlib.import_module(job["module"])
+            mtime = os.stat(kernel.__file__).st_mtime
+            if loaded.setdefault(job["module"], mtime) != mtime:
+                kernel, loaded[job["module"]] = importlib.reload(kernel), mtime
+            for part in job["qualname"].split("."):
+                kernel = getattr(kernel, part)
+        except (ImportError, AttributeError, OSError, TypeError):
+            kernel = None
+    if kernel is None:  # triton.jit reads the source from a file, so the kernel's source was written to one
+        spec = importlib.util.spec_from_file_location(job["source_module"], job["source_file"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        kernel = getattr(module, job["name"])
+    while not isinstance(kernel, JITFunction):  # autotune and heuristics wrap the jit function
+        kernel = kernel.fn
+    return kernel
+
+
+def compile_one(job):
+    divisible = [["tt.divisibility", 16]]
+    source = ASTSource(fn=kernel_of(job), signature=job["signature"],
+                       constexprs={(i,): v for i, v in job["constexprs"]},
+                       attrs={(i,): divisible for i in job["divisible"]})
+    compiled = triton.compile(source, target=GPUTarget("cuda", job["cc"], 32),
+                              options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
+    return {"ttir": compiled.asm["ttir"], "ttgir": compiled.asm["ttgir"], "ptx": compiled.asm["ptx"],
+            "shared": compiled.metadata.shared}
+
+
+for line in sys.stdin:
     try:
-        kernel = importlib.import_module(job["module"])
-        for part in job["qualname"].split("."):
-            kernel = getattr(kernel, part)
-    except (ImportError, AttributeError):
-        kernel = None
-if kernel is None:  # triton.jit reads the source from a file, so the kernel's source was written to one
-    spec = importlib.util.spec_from_file_location("kernel_source", job["source_file"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    kernel = getattr(module, job["name"])
-while not isinstance(kernel, JITFunction):  # autotune and heuristics wrap the jit function
-    kernel = kernel.fn
-divisible = [["tt.divisibility", 16]]
-source = ASTSource(fn=kernel, signature=job["signature"],
-                   constexprs={(i,): v for i, v in job["constexprs"]},
-                   attrs={(i,): divisible for i in job["divisible"]})
-compiled = triton.compile(source, target=GPUTarget("cuda", job["cc"], 32),
-                          options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
-json.dump({"ttir": compiled.asm["ttir"], "ttgir": compiled.asm["ttgir"], "ptx": compiled.asm["ptx"],
-           "shared": compiled.metadata.shared}, sys.stdout)
+        reply = {"forms": compile_one(json.loads(line))}
+    except BaseException:
+        reply = {"error": traceback.format_exc()}
+    answer.write(json.dumps(reply) + "\n")
+    answer.flush()
 """
+
+
+class _Compiler:
+    """The child process that compiles, started at the first call and again when the environment it would get
+    changes or it died; one call at a time."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.process = self.environment = self.folder = self.log = None
+        self.jobs = 0
+
+    def compile(self, job: dict, source: str, environment: dict) -> dict:
+        with self.lock:
+            if self.process is None or self.process.poll() is not None or environment != self.environment:
+                self._start(environment)
+            self.jobs += 1
+            folder = os.path.join(self.folder.name, str(self.jobs))  # every job's file is kernel_source.py, as the
+            os.mkdir(folder)                                         # PTX's source locations name it
+            job = {**job, "source_file": os.path.join(folder, "kernel_source.py"),
+                   "source_module": f"kernel_source_{self.jobs}"}
+            with open(job["source_file"], "w") as file:
+                file.write(source)
+            try:
+                self.process.stdin.write(json.dumps(job) + "\n")
+                self.process.stdin.flush()
+                line = self.process.stdout.readline()
+            except OSError:  # the child died while reading the job
+                line = ""
+            if not line:
+                self.log.seek(0)
+                stderr = self.log.read()
+                self.stop()
+                return {"error": f"the compiler's process ended (exit code {self.process.returncode}):\n{stderr}"}
+            return json.loads(line)
+
+    def _start(self, environment: dict) -> None:
+        self.stop()
+        self.folder = tempfile.TemporaryDirectory(prefix="aisys-triton-")
+        self.log = tempfile.TemporaryFile("w+")
+        self.environment = environment
+        self.process = subprocess.Popen([sys.executable, "-c", _CHILD], text=True, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log,
+                                        env={**environment, "TRITON_CACHE_DIR": self.folder.name})
+
+    def stop(self) -> None:
+        """End the child (its stdin closes: it finishes the job in hand and exits) and remove its files."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.folder is not None:
+            self.folder.cleanup()
+        if self.log is not None:
+            self.log.close()
+        self.environment = self.folder = self.log = None
+
+
+_COMPILER = _Compiler()
+atexit.register(_COMPILER.stop)
 
 
 @dataclass(frozen=True)
@@ -176,19 +267,15 @@ def compile_for_gpu(kernel, *args, num_warps: int = 4, num_stages: int = 3, cc: 
         "signature": signature, "constexprs": constexprs, "divisible": divisible,
         "num_warps": num_warps, "num_stages": num_stages, "cc": cc[0] * 10 + cc[1],
     }
-    with tempfile.TemporaryDirectory(prefix="aisys-triton-") as cache:
-        job["source_file"] = os.path.join(cache, "kernel_source.py")
-        with open(job["source_file"], "w") as file:
-            file.write("import triton\nimport triton.language as tl\n\n\n"
-                       + textwrap.dedent(inspect.getsource(function)))
-        environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": cache,
-                       "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
-                       "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1")}
-        done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(job), capture_output=True,
-                              text=True, env=environment)
-    if done.returncode != 0:
-        raise RuntimeError(f"Triton could not compile {function.__name__}:\n{done.stderr.strip()[-3000:]}")
-    forms = json.loads(done.stdout)
+    source = "import triton\nimport triton.language as tl\n\n\n" + textwrap.dedent(inspect.getsource(function))
+    environment = {**os.environ, "TRITON_INTERPRET": "0",
+                   "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+                   "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1")}
+    environment.pop("TRITON_CACHE_DIR", None)  # the child's own, for its lifetime
+    done = _COMPILER.compile(job, source, environment)
+    if "error" in done:
+        raise RuntimeError(f"Triton could not compile {function.__name__}:\n{done['error'].strip()[-3000:]}")
+    forms = done["forms"]
     return Compiled(name=function.__name__, ttir=forms["ttir"], ttgir=forms["ttgir"], ptx=forms["ptx"],
                     arch=re.search(r"^\.target\s+(\w+)", forms["ptx"], re.M)[1], num_warps=num_warps,
                     shared_bytes=int(forms["shared"]))
