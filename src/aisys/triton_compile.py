@@ -34,7 +34,7 @@ from ._validate import positive_int
 # kernel's forms or the error's traceback. A kernel written to a file is loaded as a module of its own; one imported
 # by name is imported again when its file has changed since.
 _CHILD = r"""
-import importlib, importlib.util, json, os, sys, traceback
+import importlib, importlib.util, json, os, sys, tempfile, traceback
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
@@ -47,7 +47,7 @@ sys.stdout = sys.stderr
 loaded = {}  # module name -> modification time of its file when imported
 
 
-def kernel_of(job):
+def kernel_of(job, folder):
     kernel = None
     if job["module"]:
         try:
@@ -59,8 +59,11 @@ def kernel_of(job):
                 kernel = getattr(kernel, part)
         except (ImportError, AttributeError, OSError, TypeError):
             kernel = None
-    if kernel is None:  # triton.jit reads the source from a file, so the kernel's source was written to one
-        spec = importlib.util.spec_from_file_location(job["source_module"], job["source_file"])
+    if kernel is None:  # triton.jit reads the source from a file, so the kernel's source is written to one
+        source_file = os.path.join(folder, "kernel_source.py")
+        with open(source_file, "w") as file:
+            file.write(job["source"])
+        spec = importlib.util.spec_from_file_location(f"kernel_source_{os.path.basename(folder)}", source_file)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         kernel = getattr(module, job["name"])
@@ -70,17 +73,21 @@ def kernel_of(job):
 
 
 def compile_one(job):
-    divisible = [["tt.divisibility", 16]]
-    source = ASTSource(fn=kernel_of(job), signature=job["signature"],
-                       constexprs={(i,): v for i, v in job["constexprs"]},
-                       attrs={(i,): divisible for i in job["divisible"]})
-    compiled = triton.compile(source, target=GPUTarget("cuda", job["cc"], 32),
-                              options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
-    return {"ttir": compiled.asm["ttir"], "ttgir": compiled.asm["ttgir"], "ptx": compiled.asm["ptx"],
-            "shared": compiled.metadata.shared}
+    # a folder of the job's own for the kernel's source and Triton's cache (Triton reads TRITON_CACHE_DIR at each
+    # compile): every compile is cold, and nothing is left behind however the process ends between jobs
+    with tempfile.TemporaryDirectory(prefix="aisys-triton-") as folder:
+        os.environ["TRITON_CACHE_DIR"] = folder
+        divisible = [["tt.divisibility", 16]]
+        source = ASTSource(fn=kernel_of(job, folder), signature=job["signature"],
+                           constexprs={(i,): v for i, v in job["constexprs"]},
+                           attrs={(i,): divisible for i in job["divisible"]})
+        compiled = triton.compile(source, target=GPUTarget("cuda", job["cc"], 32),
+                                  options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
+        return {"ttir": compiled.asm["ttir"], "ttgir": compiled.asm["ttgir"], "ptx": compiled.asm["ptx"],
+                "shared": compiled.metadata.shared}
 
 
-for line in sys.stdin:
+for line in sys.stdin:  # until the parent closes stdin, or ends and the pipe closes with it
     try:
         reply = {"forms": compile_one(json.loads(line))}
     except BaseException:
@@ -92,24 +99,18 @@ for line in sys.stdin:
 
 class _Compiler:
     """The child process that compiles, started at the first call and again when the environment it would get
-    changes or it died; one call at a time."""
+    changes or it died; one call at a time. It ends when its stdin closes, however this process ends."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.process = self.environment = self.folder = self.log = None
-        self.jobs = 0
+        self.process = self.environment = self.log = None
 
-    def compile(self, job: dict, source: str, environment: dict) -> dict:
+    def compile(self, job: dict, environment: dict) -> dict:
+        # pytest names the test in hand in the environment: no reason to start another compiler
+        environment = {k: v for k, v in environment.items() if k != "PYTEST_CURRENT_TEST"}
         with self.lock:
             if self.process is None or self.process.poll() is not None or environment != self.environment:
                 self._start(environment)
-            self.jobs += 1
-            folder = os.path.join(self.folder.name, str(self.jobs))  # every job's file is kernel_source.py, as the
-            os.mkdir(folder)                                         # PTX's source locations name it
-            job = {**job, "source_file": os.path.join(folder, "kernel_source.py"),
-                   "source_module": f"kernel_source_{self.jobs}"}
-            with open(job["source_file"], "w") as file:
-                file.write(source)
             try:
                 self.process.stdin.write(json.dumps(job) + "\n")
                 self.process.stdin.flush()
@@ -125,15 +126,13 @@ class _Compiler:
 
     def _start(self, environment: dict) -> None:
         self.stop()
-        self.folder = tempfile.TemporaryDirectory(prefix="aisys-triton-")
         self.log = tempfile.TemporaryFile("w+")
         self.environment = environment
         self.process = subprocess.Popen([sys.executable, "-c", _CHILD], text=True, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.log,
-                                        env={**environment, "TRITON_CACHE_DIR": self.folder.name})
+                                        stdout=subprocess.PIPE, stderr=self.log, env=environment)
 
     def stop(self) -> None:
-        """End the child (its stdin closes: it finishes the job in hand and exits) and remove its files."""
+        """End the child: its stdin closes, and it finishes the job in hand and exits."""
         if self.process is not None and self.process.poll() is None:
             self.process.stdin.close()
             try:
@@ -141,11 +140,9 @@ class _Compiler:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.folder is not None:
-            self.folder.cleanup()
         if self.log is not None:
             self.log.close()
-        self.environment = self.folder = self.log = None
+        self.environment = self.log = None
 
 
 _COMPILER = _Compiler()
@@ -271,8 +268,7 @@ def compile_for_gpu(kernel, *args, num_warps: int = 4, num_stages: int = 3, cc: 
     environment = {**os.environ, "TRITON_INTERPRET": "0",
                    "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
                    "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1")}
-    environment.pop("TRITON_CACHE_DIR", None)  # the child's own, for its lifetime
-    done = _COMPILER.compile(job, source, environment)
+    done = _COMPILER.compile({**job, "source": source}, environment)
     if "error" in done:
         raise RuntimeError(f"Triton could not compile {function.__name__}:\n{done['error'].strip()[-3000:]}")
     forms = done["forms"]
