@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--settings", action="store_true",
                         help="only the tuned ring's (channels, slices) sweep against NCCL, on GPUs")
     parser.add_argument("--symmetric", action="store_true",
-                        help="only the ring in symmetric memory against NCCL and the tuned ring, on GPUs")
+                        help="only the ring in symmetric memory against NCCL and the readable ring, on GPUs")
     args = parser.parse_args(argv)
     count = gpus()
     if args.settings:
