@@ -7,8 +7,11 @@ number it states comes from aisys. The judges must answer malformed input with a
 
 import ast
 import math
+import os
 import re
 import string
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,6 +133,29 @@ def test_card_modules_type_no_float_but_tolerances(path):
 def test_the_float_scan_sees_floats_and_spares_tolerances():
     tree = ast.parse("x = 2.5\ny = Number(3, rel=0.05, abs=0.1)\nz = Number(0.5)\nw = f(rel=0.2)\n")
     assert sorted(f.value for f in _float_literals(tree)) == [0.2, 0.5, 2.5]
+
+
+# Listing the bank and showing a card that needs no torch, in a fresh interpreter; then a card that does.
+WITHOUT_TORCH = """
+import sys
+from aisys.drill.card import all_cards
+from aisys.drill.cli import main
+main(["list"])
+main(["next", "h100-ridge-point-bf16"])
+print("torch after showing a card without it:", "torch" in sys.modules)
+all_cards()["ste-gradient-at-the-clamp"].ask
+print("torch after showing one with it:", "torch" in sys.modules)
+"""
+
+
+def test_the_bank_is_listed_and_shown_without_importing_torch(tmp_path):
+    # torch takes 2 s to import, paid by every command: a card needing a module that imports it imports it inside
+    # its function (aisys.drill.card)
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "AISYS_DATA_DIR": str(tmp_path / "history")}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["torch after showing a card without it: False",
+                                             "torch after showing one with it: True"], done.stdout[-2000:]
 
 
 # --------------------------------------------------------------------------- the judges on malformed answers

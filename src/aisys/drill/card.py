@@ -11,7 +11,9 @@ registered with @card:
                    f"The ridge is peak over bandwidth: ... = {ridge:.0f} FLOP/byte.")
 
 The function runs when the card is shown, so a card never states a number that aisys does not hold. Its name
-(the function's, with _ as -) is its id.
+(the function's, with _ as -) is its id. A module of aisys that imports torch (2 s) is imported inside the functions
+that use it, not at the top of the card's module: every command lists the bank, and only a card that needs torch
+pays for it, when it is shown.
 """
 
 import math

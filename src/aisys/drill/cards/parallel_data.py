@@ -3,7 +3,7 @@ the cap rule, unused parameters) and stale-synchronous SGD's gate (aisys.paralle
 
 import numpy as np
 
-from aisys.parallel import ddp, sync
+from aisys.parallel import sync
 
 from ..card import Ask, Choice, Number, card
 
@@ -75,6 +75,7 @@ def why_buckets_not_per_gradient():
 
 @card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def bucket_count_for_a_cap():
+    from aisys.parallel import ddp
     sizes_mb = [40, 4, 12, 12, 6, 6, 30, 2]
     buckets = ddp.assign_buckets([s * MB for s in sizes_mb], 25 * MB)
     return Ask(

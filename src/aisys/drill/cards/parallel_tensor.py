@@ -2,7 +2,6 @@
 rows, where f and g sit, the bias added once, and what sequence parallelism saves (aisys.parallel.tensor_parallel)."""
 
 from aisys import prose
-from aisys.parallel import tensor_parallel
 
 from ..card import Ask, Choice, Number, card
 
@@ -13,6 +12,7 @@ GPT3 = {"width": 12288, "layers": 96, "heads": 96, "seq": 2048}  # Brown et al. 
 
 @card(topic="parallel training", difficulty="easy", frequency="high", page=PAGE)
 def allreduces_per_layer_per_step():
+    from aisys.parallel import tensor_parallel
     cost = tensor_parallel.allreduce_bytes_per_layer(1, 1, 2)
     per_step = 2 * cost["allreduces_per_pass"]
     return Ask(
@@ -27,6 +27,7 @@ def allreduces_per_layer_per_step():
 
 @card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def tensor_parallel_bytes_per_layer():
+    from aisys.parallel import tensor_parallel
     tokens, t = 4 * GPT3["seq"], 8
     cost = tensor_parallel.allreduce_bytes_per_layer(tokens, GPT3["width"], t, bytes_per_element=2)
     sent = cost["sent_per_rank_per_step"]
@@ -88,6 +89,7 @@ def output_bias_once():
 
 @card(topic="parallel training", difficulty="hard", frequency="medium", page=PAGE)
 def sequence_parallel_saving():
+    from aisys.parallel import tensor_parallel
     t = 8
     args = (GPT3["seq"], 1, GPT3["width"], GPT3["heads"], t)
     tp_only = tensor_parallel.activation_bytes_per_layer(*args)

@@ -6,7 +6,6 @@ from aisys import prose
 from aisys.hardware import CHIPS
 from aisys.interconnect import LINKS
 from aisys.mixed_precision import training_bytes_per_parameter
-from aisys.parallel import zero
 
 from ..card import Ask, Choice, Number, Several, card
 
@@ -29,6 +28,7 @@ def bytes_per_parameter_mixed_precision_adam():
 
 @card(topic="parallel training", difficulty="medium", frequency="high", page=PAGE)
 def zero_stage_memory_7_5b_64_gpus():
+    from aisys.parallel import zero
     psi, n = 75 * 10**8, 64  # the paper's example (Figure 1)
     need = [zero.memory_per_gpu(psi, n, stage) / GB for stage in range(4)]
     return Ask(
@@ -69,6 +69,7 @@ def what_each_stage_partitions():
 
 @card(topic="parallel training", difficulty="medium", frequency="medium", page=PAGE)
 def shard_length_with_padding():
+    from aisys.parallel import zero
     numel, p = 58, 4
     size = zero.shard_size(numel, p)
     return Ask(

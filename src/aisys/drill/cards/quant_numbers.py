@@ -5,7 +5,7 @@ import numpy as np
 
 from aisys import prose
 from aisys.dtypes import BITS
-from aisys.quant import affine, fp8
+from aisys.quant import affine
 
 from ..card import Ask, Choice, Number, card
 
@@ -63,6 +63,7 @@ def symmetric_int4_range():
 
 @card(topic="quantization", difficulty="medium", frequency="medium", page=PAGE)
 def fp8_saturation():
+    from aisys.quant import fp8
     value, past = 500, 61440
     saturated = float(fp8.decode(fp8.encode(np.array([value]).astype(np.float32), "e4m3"), "e4m3")[0])
     return Ask(
@@ -122,6 +123,7 @@ def kl_calibration_outliers():
 
 @card(topic="quantization", difficulty="medium", frequency="medium", page=PAGE)
 def delayed_scaling_spike():
+    from aisys.quant import fp8
     window, steps, spike = 4, 12, 3
     xs = np.ones((steps, 8), np.float32)
     xs[spike] *= 100

@@ -9,7 +9,7 @@ from aisys import prose, sparsity
 from aisys.dtypes import bytes_per_element
 from aisys.inference.kv_cache import kv_cache_bytes
 from aisys.inference.model import LLAMA_3_8B
-from aisys.quant import affine, compress, qat
+from aisys.quant import affine, compress
 
 from ..card import Ask, Choice, Number, card
 
@@ -20,6 +20,7 @@ GB = 10**9
 
 @card(topic="quantization", difficulty="medium", frequency="high", page=QAT_PAGE)
 def ste_gradient_at_the_clamp():
+    from aisys.quant import qat
     bits, scale = 4, Fraction(1, 2)
     qmin, qmax = affine.int_range(bits, symmetric=True)
     x = (qmax + Fraction(1, 2)) * scale  # x / scale = qmax + 1/2: rounds half to even, up to qmax + 1
@@ -42,6 +43,7 @@ def ste_gradient_at_the_clamp():
 
 @card(topic="quantization", difficulty="hard", frequency="low", page=QAT_PAGE)
 def lsq_step_size_gradient():
+    from aisys.quant import qat
     bits, step = 4, 1
     v = [Fraction(23, 10), Fraction(-6, 5), Fraction(19, 2)]  # two inside the range, one clamped above
     qp = affine.int_range(bits, symmetric=True)[1]
