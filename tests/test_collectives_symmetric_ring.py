@@ -90,6 +90,20 @@ def test_bad_input_is_refused_by_name(call, message, tmp_path):
         call(str(tmp_path))
 
 
+def _second_ring_in(folder):
+    SymmetricRing.in_files(4, folder)
+    try:
+        SymmetricRing.in_files(4, folder)
+    except ValueError as error:
+        return str(error)
+
+
+def test_a_second_ring_in_the_same_folder_is_refused(tmp_path):
+    messages = run_ranks(_second_ring_in, 2, [(str(tmp_path),)] * 2, timeout=60)
+    assert all(f"already holds rank {rank}'s buffer: each ring needs a folder of its own" in message
+               for rank, message in enumerate(messages)), messages
+
+
 def test_on_gpus_without_a_gpu_says_what_to_use_instead():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

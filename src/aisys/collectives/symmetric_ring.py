@@ -82,7 +82,8 @@ class SymmetricRing:
     @classmethod
     def in_files(cls, numel: int, folder, dtype: torch.dtype = torch.float32, group=None) -> "SymmetricRing":
         """The buffer a shared mapping of `folder`/rank<r>.bin, the predecessor's file mapped too, and a
-        process-group barrier (gloo) between steps: the ring on CPU processes of one machine."""
+        process-group barrier (gloo) between steps: the ring on CPU processes of one machine. `folder`: an empty
+        directory of this ring's own."""
         numel = positive_int("numel", numel)
         _require_floating(dtype)
         folder = os.fspath(folder)
@@ -95,8 +96,12 @@ class SymmetricRing:
         def mapped(r):
             return torch.from_file(os.path.join(folder, f"rank{r}.bin"), shared=True, size=numel, dtype=dtype)
 
-        with open(os.path.join(folder, f"rank{rank}.bin"), "wb") as file:
-            file.truncate(nbytes)
+        try:  # a file of another ring would be resized under the processes that map it
+            with open(os.path.join(folder, f"rank{rank}.bin"), "xb") as file:
+                file.truncate(nbytes)
+        except FileExistsError:
+            raise ValueError(f"folder {folder!r} already holds rank {rank}'s buffer: each ring needs a folder of its "
+                             "own") from None
         buffer = mapped(rank)
         dist.barrier(group=group)  # every rank's file exists before any maps its predecessor's
         return cls(buffer, mapped((rank - 1) % p), rank, p, lambda: dist.barrier(group=group))
