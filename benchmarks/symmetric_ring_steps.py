@@ -11,6 +11,7 @@ same addition with both operands in this GPU's memory, the cost a step would hav
 ring page reads book/06-collectives/symmetric_ring_steps_4gpu_h200.txt, this script's output on 4 H200s.
 """
 
+import os
 import sys
 
 import torch
@@ -50,9 +51,10 @@ def time_steps(numel: int) -> dict:
 
 
 def main() -> int:
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() and os.environ.get("AISYS_DEVICE") != "cpu" else 0
     if gpus < 2:
-        raise SystemExit(f"the ring in symmetric memory needs 2 or more GPUs, found {gpus}")
+        raise SystemExit(f"symmetric_ring_steps.py times the ring in GPU symmetric memory: it needs 2 or more GPUs, "
+                         f"found {gpus}")
     for numel in SIZES:
         per_rank = run_ranks(time_steps, gpus, [(numel,)] * gpus, backend="nccl", timeout=60, wall_timeout=120)
         chunk_bytes = numel * 4 // gpus

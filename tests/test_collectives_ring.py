@@ -290,14 +290,15 @@ def test_settings_table_shows_each_setting_against_nccl():
     assert "NCCL_MIN_P2P_NCHANNELS=64" in lines[4] and lines[4].endswith("NO")
 
 
-@pytest.mark.parametrize("mode", ["--settings", "--symmetric"])
-def test_benchmark_gpu_modes_need_gpus(mode):
+@pytest.mark.parametrize("command", [["allreduce.py", "--settings"], ["allreduce.py", "--symmetric"],
+                                     ["symmetric_ring_steps.py"]])
+def test_benchmark_gpu_modes_need_gpus(command):
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "allreduce.py"), mode],
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / command[0]), *command[1:]],
                           capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "AISYS_DEVICE": "cpu", "PYTHONPATH": str(root / "src")})
     assert done.returncode != 0 and "it needs 2 or more GPUs, found 0" in done.stderr
