@@ -112,7 +112,7 @@ def test_on_gpus_without_a_gpu_says_what_to_use_instead():
 
 
 def test_the_benchmark_times_it_on_cpu_processes_beside_gloo():
-    rows = allreduce_bench.compare([4, 4 * 2**10 + 4], world_size=3, reps=1, warmup=1,
+    rows = allreduce_bench.compare([4, 4 * 2**10 + 4, 4], world_size=3, reps=1, warmup=1,
                                    extra=(allreduce_bench.SYMMETRIC,))
     assert all(row["correct"] and row["symmetric_seconds"] > 0 for row in rows)
     assert "symmetric/gloo" in allreduce_bench.table(rows)

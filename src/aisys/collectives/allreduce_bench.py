@@ -119,12 +119,12 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
     seconds = {name: [] for name in names}
     host_seconds = {name: [] for name in names}
     correct = []
-    for nbytes in sizes:
+    for i, nbytes in enumerate(sizes):
         symmetric = None
         if SYMMETRIC in names and backend == "nccl":
             symmetric = SymmetricRing.on_gpus(nbytes // 4)
         elif SYMMETRIC in names:
-            os.makedirs(files := os.path.join(folder, str(nbytes)), exist_ok=True)  # a ring's files, its own
+            os.makedirs(files := os.path.join(folder, str(i)), exist_ok=True)  # a ring's files, its own (sizes repeat)
             symmetric = SymmetricRing.in_files(nbytes // 4, files)
         buffer = symmetric.buffer if symmetric else torch.empty(nbytes // 4, device=device)
         # Made per buffer: a captured ring replays on the storage it was captured on.
