@@ -7,7 +7,8 @@ Each rank holds an aisys.collectives.symmetric_ring.SymmetricRing of 64 MiB, the
 operation runs 20 times back to back on all ranks at once, as a ring step does, after 3 warm-up runs, a
 process-group barrier and a GPU spin that hides the host's launches; its time is the slowest rank's mean. "peer
 add" and "peer copy" move one chunk (a p-th of the buffer) from the predecessor over NVLink; "local add" is the
-same addition with both operands in this GPU's memory, the cost a step would have without the link. The book's
+same addition with both operands in this GPU's memory, the cost a step would have without the link. "all_reduce"
+is the whole ring with a barrier between steps, "one kernel" the same ring in one kernel ordered by flags. The book's
 ring page reads book/06-collectives/symmetric_ring_steps_4gpu_h200.txt, this script's output on 4 H200s.
 """
 
@@ -32,7 +33,7 @@ def time_steps(numel: int) -> dict:
     ring.buffer.fill_(1.0)
     operations = {"barrier": ring.barrier, "peer add": lambda: mine.add_(theirs),
                   "peer copy": lambda: mine.copy_(theirs), "local add": lambda: mine.add_(local),
-                  "all_reduce": ring.all_reduce}
+                  "all_reduce": ring.all_reduce, "one kernel": ring.all_reduce_in_one_kernel}
     microseconds = {}
     for name, operation in operations.items():
         for _ in range(WARMUP):

@@ -1,6 +1,7 @@
 """The ring over memory every rank can read (aisys.collectives.symmetric_ring): its schedule needs one barrier
-between steps, it is the readable ring bit for bit on CPU processes sharing files, bad input is refused by name,
-and on GPUs it sums over symmetric memory."""
+between steps, it is the readable ring bit for bit on CPU processes sharing files, with barriers and in one kernel
+ordered by flags (aisys.triton_kernels.ring_all_reduce), bad input is refused by name, and on GPUs it sums over
+symmetric memory."""
 
 import os
 
@@ -63,10 +64,13 @@ def _symmetric_against_readable(folder, cases):
         x = _input(n, dtype, op, rank, i)
         files = os.path.join(folder, str(i))
         os.makedirs(files, exist_ok=True)
-        symmetric = SymmetricRing.in_files(n, files, dtype)
-        symmetric.buffer.copy_(x)
-        returned = symmetric.all_reduce(OPS[op])
-        results.append((ring.all_reduce(x, OPS[op]), returned.clone(), returned is symmetric.buffer))
+        symmetric = SymmetricRing.in_files(n, files, dtype, slices=1 + i % 3)
+        got = []
+        for method in (symmetric.all_reduce, symmetric.all_reduce_in_one_kernel, symmetric.all_reduce_in_one_kernel):
+            symmetric.buffer.copy_(x)
+            returned = method(OPS[op])
+            got.append((returned.clone(), returned is symmetric.buffer))
+        results.append((ring.all_reduce(x, OPS[op]), got))
     return results
 
 
@@ -75,9 +79,10 @@ def test_on_shared_files_it_is_the_readable_ring_bit_for_bit(p, tmp_path):
     cases = [(n, dtype, op) for n in sorted({1, max(p - 1, 1), 13, 1000 + p})
              for dtype in (torch.float32, torch.bfloat16) for op in OPS]
     for results in run_ranks(_symmetric_against_readable, p, [(str(tmp_path), cases)] * p, timeout=60):
-        for (expected, got, in_place), case in zip(results, cases):
-            assert in_place, case
-            assert got.dtype == expected.dtype and torch.equal(got, expected), case  # same additions, same order
+        for (expected, got), case in zip(results, cases):  # barriers; one kernel, twice (its flags count on)
+            for (result, in_place), method in zip(got, ("barriers", "one kernel", "one kernel again")):
+                assert in_place, (case, method)
+                assert result.dtype == expected.dtype and torch.equal(result, expected), (case, method)
 
 
 @pytest.mark.parametrize("call, message", [
@@ -113,28 +118,41 @@ def test_on_gpus_without_a_gpu_says_what_to_use_instead():
 
 def test_the_benchmark_times_it_on_cpu_processes_beside_gloo():
     rows = allreduce_bench.compare([4, 4 * 2**10 + 4, 4], world_size=3, reps=1, warmup=1,
-                                   extra=(allreduce_bench.SYMMETRIC,))
-    assert all(row["correct"] and row["symmetric_seconds"] > 0 for row in rows)
-    assert "symmetric/gloo" in allreduce_bench.table(rows)
+                                   extra=allreduce_bench.ON_SYMMETRIC_MEMORY)
+    assert all(row["correct"] and row["symmetric_seconds"] > 0 and row["one kernel_seconds"] > 0 for row in rows)
+    assert "symmetric/gloo" in allreduce_bench.table(rows) and "one kernel/gloo" in allreduce_bench.table(rows)
     with pytest.raises(ValueError, match=r"extra algorithms \['pipelined'\] run on NCCL only"):
         allreduce_bench.compare([4], world_size=2, extra=(allreduce_bench.SYMMETRIC, "pipelined"))
-    with pytest.raises(ValueError, match="extra may hold 'tuned' or 'symmetric', not both"):
-        allreduce_bench.compare([4], world_size=2, backend="nccl", extra=(allreduce_bench.SYMMETRIC,
-                                                                          allreduce_bench.TUNED))
+
+
+@pytest.mark.gpu
+def test_beside_the_tuned_ring_on_gpus_nothing_hangs():
+    # captured on the symmetric buffer, the tuned ring hung every GPU unless NCCL_GRAPH_REGISTER=0 (compare sets it)
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    rows = allreduce_bench.compare([64 * 2**20], torch.cuda.device_count(), backend="nccl", reps=2, warmup=1,
+                                   extra=(allreduce_bench.TUNED, *allreduce_bench.ON_SYMMETRIC_MEMORY))
+    assert rows[0]["correct"] and rows[0]["nccl_env"] == {"NCCL_GRAPH_REGISTER": "0"}
 
 
 def _on_gpus(n):
     rank, p = dist.get_rank(), dist.get_world_size()
     symmetric = SymmetricRing.on_gpus(n)
     results = []
-    for scale in (1.0, 3.0):  # the buffer is reduced again, whatever it holds
-        symmetric.buffer.fill_(scale * (rank + 1))
-        symmetric.all_reduce()
-        torch.cuda.synchronize()
-        results.append(bool((symmetric.buffer == scale * p * (p + 1) / 2).all()))
-    x = _input(n, torch.float32, "SUM", rank, 0).cuda()
-    symmetric.buffer.copy_(x)
-    return results + [torch.equal(symmetric.all_reduce().cpu(), ring.all_reduce(x).cpu())]
+    for method in (symmetric.all_reduce, symmetric.all_reduce_in_one_kernel):
+        for scale in (1.0, 3.0):  # the buffer is reduced again, whatever it holds
+            symmetric.buffer.fill_(scale * (rank + 1))
+            method()
+            torch.cuda.synchronize()
+            results.append(bool((symmetric.buffer == scale * p * (p + 1) / 2).all()))
+        x = _input(n, torch.float32, "SUM", rank, 0).cuda()
+        symmetric.buffer.copy_(x)
+        results.append(torch.equal(method().cpu(), ring.all_reduce(x).cpu()))
+    for _ in range(50):  # back to back, as a benchmark runs it: a missing wait shows as a wrong sum
+        symmetric.buffer.fill_(rank + 1)
+        symmetric.all_reduce_in_one_kernel()
+    results.append(bool((symmetric.buffer == p * (p + 1) / 2).all()))
+    return results
 
 
 @pytest.mark.gpu
@@ -142,4 +160,5 @@ def test_on_gpus_it_sums_over_symmetric_memory():
     for p in sorted({2, torch.cuda.device_count()}):
         if torch.cuda.device_count() < p:
             pytest.skip("needs 2 GPUs")
-        assert run_ranks(_on_gpus, p, [(2**20 + 3,)] * p, backend="nccl", timeout=60) == [[True] * 3] * p, p
+        for n in (2**20 + 3, 2**24):  # chunks of any length, and 16-byte aligned ones (vector loads)
+            assert run_ranks(_on_gpus, p, [(n,)] * p, backend="nccl", timeout=60) == [[True] * 7] * p, (p, n)

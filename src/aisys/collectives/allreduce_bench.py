@@ -37,7 +37,10 @@ ABLATION = ("pipelined", CHANNELED, TUNED)  # the tuned ring is the last, captur
 # neighbour's chunk and adds it. On GPUs in PyTorch's symmetric memory, on CPU in shared files. Every algorithm of a
 # run that times it then works on its buffer, the one the ranks share.
 SYMMETRIC = "symmetric"
-EXTRA = ABLATION + (SYMMETRIC,)
+# The same ring in one kernel, each slice ordered by its neighbours' flags (aisys.triton_kernels.ring_all_reduce).
+ONE_KERNEL = "one kernel"
+ON_SYMMETRIC_MEMORY = (SYMMETRIC, ONE_KERNEL)
+EXTRA = ABLATION + ON_SYMMETRIC_MEMORY
 # (channels, slices) of the captured ring that `settings_sweep` times; the first is what the tuned ring chooses at
 # 64 MiB and 256 MiB on 4 ranks. More slices hide more of each addition, but each message costs a kernel of its own.
 SETTINGS = ((CHANNELS, CHANNELS), (CHANNELS, 2 * CHANNELS), (2 * CHANNELS, 2 * CHANNELS), (CHANNELS, CHANNELS // 2),
@@ -61,7 +64,8 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
     On GPUs the timing starts once the host has queued the call (`hide_host`), or when the host starts to
     queue it (hide_host=False: the host's time counts, as it does for one call in a training step).
     `extra`: names from EXTRA timed too (those of ABLATION on NCCL only), each row then holding
-    `<name>_seconds`, `<name>_busbw` and `<name>_ratio` (its busbw over the baseline's)."""
+    `<name>_seconds`, `<name>_busbw` and `<name>_ratio` (its busbw over the baseline's). With the tuned ring and
+    a ring on symmetric memory together the ranks run with NCCL_GRAPH_REGISTER=0 (the row's `nccl_env`)."""
     sizes = _float32_sizes(sizes)
     world_size, backend = positive_int("world_size", world_size), one_of("backend", backend, BACKENDS)
     if world_size < 2:
@@ -71,11 +75,11 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
     if set(extra) & set(ABLATION) and backend != "nccl":
         raise ValueError(f"extra algorithms {[n for n in extra if n in ABLATION]} run on NCCL only (CUDA graphs), "
                          f"not on {backend}")
-    if TUNED in extra and SYMMETRIC in extra:
-        raise ValueError(f"extra may hold {TUNED!r} or {SYMMETRIC!r}, not both: in one run on 4 H200s (torch 2.11, "
-                         "NCCL 2.28.9) the GPUs hung; the cause is not found")
     names = ALGORITHMS + extra
-    with tempfile.TemporaryDirectory(prefix="aisys-symmetric-") as folder:  # the CPU's shared buffers
+    # NCCL registers the buffers of the operations a CUDA graph captures; with the tuned ring's captured on a buffer
+    # in symmetric memory, every GPU hung (4 H100s and 4 H200s, torch 2.11, NCCL 2.28.9) unless it did not
+    environment = {"NCCL_GRAPH_REGISTER": "0"} if TUNED in extra and set(extra) & set(ON_SYMMETRIC_MEMORY) else {}
+    with tempfile.TemporaryDirectory(prefix="aisys-symmetric-") as folder, _environment(environment):
         arguments = (sizes, reps, warmup, backend, hide_host, names, folder)
         per_rank = run_ranks(_time_on_rank, world_size, [arguments] * world_size,
                              backend=backend, timeout=timeout, wall_timeout=max(600.0, timeout))
@@ -91,7 +95,7 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
                      "ring_host_seconds": host["ring"], "baseline_host_seconds": host["baseline"],
                      "ring_busbw": busbw["ring"], "baseline_busbw": busbw["baseline"],
                      "ratio": busbw["ring"] / busbw["baseline"],
-                     "correct": all(rank["correct"][i] for rank in per_rank)})
+                     "correct": all(rank["correct"][i] for rank in per_rank), "nccl_env": environment})
         for name in extra:
             rows[-1].update({f"{name}_seconds": seconds[name], f"{name}_host_seconds": host[name],
                              f"{name}_busbw": busbw[name], f"{name}_ratio": busbw[name] / busbw["baseline"]})
@@ -121,9 +125,9 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
     correct = []
     for i, nbytes in enumerate(sizes):
         symmetric = None
-        if SYMMETRIC in names and backend == "nccl":
+        if set(names) & set(ON_SYMMETRIC_MEMORY) and backend == "nccl":
             symmetric = SymmetricRing.on_gpus(nbytes // 4)
-        elif SYMMETRIC in names:
+        elif set(names) & set(ON_SYMMETRIC_MEMORY):
             os.makedirs(files := os.path.join(folder, str(i)), exist_ok=True)  # a ring's files, its own (sizes repeat)
             symmetric = SymmetricRing.in_files(nbytes // 4, files)
         buffer = symmetric.buffer if symmetric else torch.empty(nbytes // 4, device=device)
@@ -137,6 +141,7 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
             algorithms[TUNED] = _replay(pipelined_ring.CapturedAllReduce(buffer, channels=channels))
         if symmetric:
             algorithms[SYMMETRIC] = lambda x, ring=symmetric: ring.all_reduce()  # x is its buffer
+            algorithms[ONE_KERNEL] = lambda x, ring=symmetric: ring.all_reduce_in_one_kernel()
         agree = True
         for name in names:
             elapsed, host, summed = _median_run(algorithms[name], buffer, warmup, reps, backend, hide_host)
@@ -287,7 +292,7 @@ def table(rows: list[dict]) -> str:
         return "(no rows)"
     link = link_for(rows[0]["device"])
     baseline = "NCCL" if rows[0]["backend"] == "nccl" else "gloo"
-    more = [name for name in (TUNED, SYMMETRIC) if f"{name}_busbw" in rows[0]]  # columns of its own for each
+    more = [name for name in (TUNED, *ON_SYMMETRIC_MEMORY) if f"{name}_busbw" in rows[0]]  # columns of its own for each
     headers = ["size", "ring ms", f"{baseline} ms", "ring busbw GB/s", f"{baseline} busbw GB/s", "ring/" + baseline,
                "ring of link"] + [h for n in more for h in (f"{n} ms", f"{n} busbw GB/s", f"{n}/{baseline}")] + [
         "correct"]
