@@ -28,8 +28,8 @@ memory): "symmetric", whose every step is one kernel reading the neighbour's chu
 between steps, and "one kernel", the whole ring in one Triton kernel ordered per slice by flags
 (aisys.triton_kernels.ring_all_reduce). Both against NCCL, the readable ring and the tuned ring, all on the same
 symmetric buffer in the same processes (with NCCL_GRAPH_REGISTER=0: allreduce_bench.compare says why), from 16 MiB
-to 1 GiB, with the same >= 0.9x target; the page reads
-allreduce_symmetric_<gpus>gpu_<gpu>.json. On CPU the default run times the first too, on files the ranks share.
+to 1 GiB, with the same >= 0.9x target; the page reads allreduce_symmetric_<gpus>gpu_h100.json. On CPU the default
+run times the first too, on files the ranks share.
 """
 
 import argparse

@@ -9,7 +9,7 @@ process-group barrier and a GPU spin that hides the host's launches; its time is
 add" and "peer copy" move one chunk (a p-th of the buffer) from the predecessor over NVLink; "local add" is the
 same addition with both operands in this GPU's memory, the cost a step would have without the link. "all_reduce"
 is the whole ring with a barrier between steps, "one kernel" the same ring in one kernel ordered by flags. The book's
-ring page reads book/06-collectives/symmetric_ring_steps_4gpu_h200.txt, this script's output on 4 H200s.
+ring page reads book/06-collectives/symmetric_ring_steps_4gpu_h100.txt, this script's output on 4 H100s.
 """
 
 import os

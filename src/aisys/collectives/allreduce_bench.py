@@ -77,7 +77,7 @@ def compare(sizes, world_size: int, *, backend: str = "gloo", reps: int = 10, wa
                          f"not on {backend}")
     names = ALGORITHMS + extra
     # NCCL registers the buffers of the operations a CUDA graph captures; with the tuned ring's captured on a buffer
-    # in symmetric memory, every GPU hung (4 H100s and 4 H200s, torch 2.11, NCCL 2.28.9) unless it did not
+    # in symmetric memory, every GPU hung (4 H100s and 4 H200s, torch 2.11, NCCL 2.28.9) unless told not to
     environment = {"NCCL_GRAPH_REGISTER": "0"} if TUNED in extra and set(extra) & set(ON_SYMMETRIC_MEMORY) else {}
     with tempfile.TemporaryDirectory(prefix="aisys-symmetric-") as folder, _environment(environment):
         arguments = (sizes, reps, warmup, backend, hide_host, names, folder)
