@@ -66,7 +66,7 @@ def _symmetric_against_readable(folder, cases):
         os.makedirs(files, exist_ok=True)
         symmetric = SymmetricRing.in_files(n, files, dtype, slices=1 + i % 3)
         got = []
-        for method in (symmetric.all_reduce, symmetric.all_reduce_in_one_kernel, symmetric.all_reduce_in_one_kernel):
+        for method in (symmetric.all_reduce,) + (symmetric.all_reduce_in_one_kernel,) * _one_kernel_runs(n, dtype, op):
             symmetric.buffer.copy_(x)
             returned = method(OPS[op])
             got.append((returned.clone(), returned is symmetric.buffer))
@@ -74,12 +74,20 @@ def _symmetric_against_readable(folder, cases):
     return results
 
 
+def _one_kernel_runs(n, dtype, op) -> int:
+    """The kernel's runs of a case: every dtype and op on the longest buffer, float32 sums on every length, and
+    those twice (its flags count on from the first call). Fewer than the barriers' runs: in the interpreter each
+    waiting rank spins on a CPU core the others need."""
+    return 2 if dtype == torch.float32 and op == "SUM" else int(n > 1000)
+
+
 @pytest.mark.parametrize("p", [1, 2, 3, 4, 5])
 def test_on_shared_files_it_is_the_readable_ring_bit_for_bit(p, tmp_path):
     cases = [(n, dtype, op) for n in sorted({1, max(p - 1, 1), 13, 1000 + p})
              for dtype in (torch.float32, torch.bfloat16) for op in OPS]
     for results in run_ranks(_symmetric_against_readable, p, [(str(tmp_path), cases)] * p, timeout=60):
-        for (expected, got), case in zip(results, cases):  # barriers; one kernel, twice (its flags count on)
+        for (expected, got), case in zip(results, cases):
+            assert len(got) == 1 + _one_kernel_runs(*case), case
             for (result, in_place), method in zip(got, ("barriers", "one kernel", "one kernel again")):
                 assert in_place, (case, method)
                 assert result.dtype == expected.dtype and torch.equal(result, expected), (case, method)
