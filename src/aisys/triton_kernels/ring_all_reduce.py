@@ -53,7 +53,7 @@ def ring_all_reduce_kernel(mine, previous, flags, next_flags, previous_flags, nu
         start = c * size + tl.minimum(c, larger)
         stop = start + size + (c < larger).to(tl.int32)
         per = tl.cdiv(stop - start, slices)
-        if ALIGNED:
+        if ALIGNED:  # slices of whole 16-element (ALIGNMENT) groups; Triton reads no plain global in a kernel
             per = tl.cdiv(per, 16) * 16
         lo = tl.minimum(start + b * per, stop)
         hi = tl.minimum(lo + per, stop)
