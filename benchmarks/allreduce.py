@@ -34,12 +34,12 @@ run times the first too, on files the ranks share.
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 from aisys.collectives import allreduce_bench
+from aisys.device import gpu_count
 
 TARGET = (64 * allreduce_bench.MIB, 0.6)  # from this size on, the ring's busbw over NCCL's
 TUNED_TARGET = 0.9  # the tuned ring's, from the same size
@@ -47,13 +47,6 @@ ABLATION_SIZES = (64 * allreduce_bench.MIB, allreduce_bench.GIB)
 SETTINGS_SIZES = (64 * allreduce_bench.MIB, 256 * allreduce_bench.MIB)
 SETTINGS_ENVIRONMENTS = ({}, {"NCCL_MIN_P2P_NCHANNELS": "64"})
 SYMMETRIC_SIZES = tuple(allreduce_bench.MIB * 2**k for k in (4, 6, 8, 10))  # 16 MiB .. 1 GiB
-
-
-def gpus() -> int:
-    """GPUs usable here (torch.cuda.device_count does not initialise CUDA, which the forked ranks need)."""
-    if os.environ.get("AISYS_DEVICE") == "cpu":
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def main(argv=None) -> int:
@@ -68,7 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--symmetric", action="store_true",
                         help="only the ring in symmetric memory against NCCL and the readable ring, on GPUs")
     args = parser.parse_args(argv)
-    count = gpus()
+    count = gpu_count()
     if args.settings:
         return settings(count, args.reps or 10, args.json)
     if args.symmetric:
@@ -137,7 +130,7 @@ def symmetric(count: int, reps: int, path: Path | None) -> int:
 
 
 def nccl_version() -> str | None:
-    return ".".join(map(str, torch.cuda.nccl.version())) if gpus() >= 2 else None
+    return ".".join(map(str, torch.cuda.nccl.version())) if gpu_count() >= 2 else None
 
 
 if __name__ == "__main__":

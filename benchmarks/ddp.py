@@ -26,7 +26,6 @@ data-parallel page reads.
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 
 from aisys import bench
 from aisys.collectives.launch import run_ranks
+from aisys.device import gpu_count
 
 BOOK = Path(__file__).resolve().parent.parent / "book" / "05-parallel-training"
 GOAL = 0.9  # the reference's speed as a fraction of torch's DDP
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--json", type=Path, help="default: book/05-parallel-training/ddp_<gpu>x<n>.json")
     args = parser.parse_args(argv)
-    count = torch.cuda.device_count() if torch.cuda.is_available() and os.environ.get("AISYS_DEVICE") != "cpu" else 0
+    count = gpu_count()
     if count < args.world_size:
         print(f"needs {args.world_size} GPUs, found {count}: nothing measured")
         return 2

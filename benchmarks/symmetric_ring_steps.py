@@ -12,13 +12,13 @@ is the whole ring with a barrier between steps, "one kernel" the same ring in on
 ring page reads book/06-collectives/symmetric_ring_steps_4gpu_h100.txt, this script's output on 4 H100s.
 """
 
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 from aisys.collectives.launch import run_ranks
 from aisys.collectives.symmetric_ring import SymmetricRing
+from aisys.device import gpu_count
 
 SIZES = (2**24, 2**26)  # float32 elements: 64 MiB and 256 MiB
 REPEATS, WARMUP = 20, 3
@@ -52,7 +52,7 @@ def time_steps(numel: int) -> dict:
 
 
 def main() -> int:
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() and os.environ.get("AISYS_DEVICE") != "cpu" else 0
+    gpus = gpu_count()
     if gpus < 2:
         raise SystemExit(f"symmetric_ring_steps.py times the ring in GPU symmetric memory: it needs 2 or more GPUs, "
                          f"found {gpus}")

@@ -26,7 +26,6 @@ fp32 with Adam: 4 + 4 + 8 bytes), and writes JSON next to the chapter's ZeRO pag
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -38,6 +37,7 @@ import torch.distributed as dist
 
 from aisys import bench
 from aisys.collectives.launch import rank_device, run_ranks
+from aisys.device import gpu_count
 from aisys.parallel import zero
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", type=Path, help="default: book/05-parallel-training/zero_<gpu>x<n>.json")
     args = parser.parse_args(argv)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() and os.environ.get("AISYS_DEVICE") != "cpu" else 0
+    gpus = gpu_count()
     backend = "nccl" if gpus >= args.world_size else "gloo"
     if backend == "gloo":
         print(f"fewer than {args.world_size} GPUs here: gloo on the CPU, no memory figures")

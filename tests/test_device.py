@@ -29,6 +29,20 @@ def test_cpu_overrides_a_gpu(monkeypatch):
     assert device.describe() == "cpu (AISYS_DEVICE=cpu, requested)"
 
 
+def test_gpu_count_is_torchs_unless_the_cpu_is_asked_for(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(device, "gpu_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("AISYS_DEVICE", raising=False)
+    assert device.gpu_count() == 4
+    monkeypatch.setenv("AISYS_DEVICE", "CPU")
+    assert device.gpu_count() == 0
+    monkeypatch.setenv("AISYS_DEVICE", "auto")
+    monkeypatch.setattr(device, "gpu_available", lambda: False)
+    assert device.gpu_count() == 0
+
+
 def test_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("AISYS_DEVICE", "cuda")
     monkeypatch.setattr(device, "gpu_available", lambda: False)

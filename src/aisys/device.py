@@ -28,6 +28,14 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
+def gpu_count() -> int:
+    """CUDA GPUs aisys may use here: torch's count, or 0 with AISYS_DEVICE=cpu. Counting does not initialise CUDA,
+    which processes forked afterwards (one rank a GPU) need."""
+    import torch
+
+    return torch.cuda.device_count() if requested() != "cpu" and gpu_available() else 0
+
+
 def current() -> str:
     """'cuda' or 'cpu', following AISYS_DEVICE."""
     wanted = requested()
