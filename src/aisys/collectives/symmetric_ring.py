@@ -165,7 +165,7 @@ class SymmetricRing:
             raise RuntimeError(f"this ring's int32 flags have counted {self._kernel_calls} calls and would overflow "
                                "at the next: make a new SymmetricRing")
         self._kernel_calls += 1
-        aligned = numel % (ring_all_reduce.ALIGNMENT * p) == 0
+        aligned = numel % (ring_all_reduce.ALIGNMENT.value * p) == 0
         ring_all_reduce.ring_all_reduce_kernel[(self.flags.slices,)](
             self.buffer, self.previous, self.flags.mine, self.flags.next, self.flags.previous, numel, p, self.rank,
             base, OP=kernel_op, ALIGNED=aligned, BLOCK=ring_all_reduce.BLOCK,

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 SUM, PRODUCT, MIN, MAX = (tl.constexpr(i) for i in range(4))  # OP, named as dist.ReduceOp names them
-ALIGNMENT = 16  # elements: with chunks and slices multiples of this, loads and stores are 16-byte vectors
+ALIGNMENT = tl.constexpr(16)  # elements: with chunks and slices multiples of this, loads and stores are vectors
 BLOCK, NUM_WARPS = 4096, 8  # elements a program moves per iteration, and its warps
 
 
@@ -53,13 +53,13 @@ def ring_all_reduce_kernel(mine, previous, flags, next_flags, previous_flags, nu
         start = c * size + tl.minimum(c, larger)
         stop = start + size + (c < larger).to(tl.int32)
         per = tl.cdiv(stop - start, slices)
-        if ALIGNED:  # slices of whole 16-element (ALIGNMENT) groups; Triton reads no plain global in a kernel
-            per = tl.cdiv(per, 16) * 16
+        if ALIGNED:
+            per = tl.cdiv(per, ALIGNMENT) * ALIGNMENT
         lo = tl.minimum(start + b * per, stop)
         hi = tl.minimum(lo + per, stop)
         if ALIGNED:
-            lo = tl.multiple_of(lo, 16)
-            hi = tl.multiple_of(hi, 16)
+            lo = tl.multiple_of(lo, ALIGNMENT)
+            hi = tl.multiple_of(hi, ALIGNMENT)
         _wait(flags + b, base + 1 + g)
         for offset in range(lo, hi, BLOCK):
             i = offset + tl.arange(0, BLOCK)
