@@ -123,11 +123,12 @@ def _time_on_rank(sizes, reps, warmup, backend, hide_host=True, names=ALGORITHMS
     seconds = {name: [] for name in names}
     host_seconds = {name: [] for name in names}
     correct = []
+    on_symmetric_memory = bool(set(names) & set(ON_SYMMETRIC_MEMORY))
     for i, nbytes in enumerate(sizes):
         symmetric = None
-        if set(names) & set(ON_SYMMETRIC_MEMORY) and backend == "nccl":
+        if on_symmetric_memory and backend == "nccl":
             symmetric = SymmetricRing.on_gpus(nbytes // 4)
-        elif set(names) & set(ON_SYMMETRIC_MEMORY):
+        elif on_symmetric_memory:
             os.makedirs(files := os.path.join(folder, str(i)), exist_ok=True)  # a ring's files, its own (sizes repeat)
             symmetric = SymmetricRing.in_files(nbytes // 4, files)
         buffer = symmetric.buffer if symmetric else torch.empty(nbytes // 4, device=device)
